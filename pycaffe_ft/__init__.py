@@ -1,0 +1,40 @@
+"""pycaffe-ft: a Caffe-compatible, fault-tolerant deep learning engine.
+
+``import pycaffe_ft as caffe`` gives pycaffe's API: ``caffe.Net``, ``caffe.TRAIN``/``TEST``,
+``caffe.set_mode_cpu()``, ``caffe.set_random_seed()``, ``caffe.layer_type_list()``, ...
+Importing it never initialises MPI.
+"""
+from . import layers as _layers  # noqa: F401  (registers the layer types)
+from .blob import Blob
+from .errors import CaffeError
+from .log import warn_once as _warn_once
+from .net import Net
+from .proto import caffe_pb2
+from .random import set_random_seed
+from .registry import LAYERS as _LAYERS
+
+__version__ = '0.1.0'
+
+TRAIN = caffe_pb2.TRAIN
+TEST = caffe_pb2.TEST
+
+__all__ = ['Net', 'Blob', 'TRAIN', 'TEST', 'CaffeError', 'set_mode_cpu', 'set_mode_gpu',
+           'set_device', 'set_random_seed', 'layer_type_list', 'caffe_pb2', '__version__']
+
+
+def set_mode_cpu():
+    """Run on the CPU (the only mode; kept for pycaffe scripts)."""
+
+
+def set_mode_gpu():
+    """pycaffe's GPU switch: warns once and keeps running on the CPU."""
+    _warn_once('gpu', 'pycaffe-ft runs on the CPU only: set_mode_gpu() is ignored')
+
+
+def set_device(device_id):
+    _warn_once('gpu', 'pycaffe-ft runs on the CPU only: set_device(%s) is ignored', device_id)
+
+
+def layer_type_list():
+    """Every registered layer type, sorted (like caffe.layer_type_list())."""
+    return _LAYERS.names()

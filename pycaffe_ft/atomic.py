@@ -1,0 +1,38 @@
+"""Atomic file writes: temp file in the same directory, fsync, rename.
+
+A crash (or SIGKILL) at any moment leaves either the old file or the complete new one,
+never a half-written file under the final name.
+"""
+import os
+import tempfile
+
+__all__ = ['atomic_write_bytes']
+
+
+def atomic_write_bytes(path, data):
+    """Write ``data`` to ``path`` atomically; raise OSError (e.g. disk full) with no trace left."""
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix='.' + os.path.basename(path) + '.', suffix='.tmp',
+                               dir=directory)
+    try:
+        with os.fdopen(fd, 'wb') as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    try:
+        dir_fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(dir_fd)
+    except OSError:
+        pass
+    finally:
+        os.close(dir_fd)

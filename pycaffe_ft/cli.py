@@ -1,0 +1,167 @@
+"""``pycaffe-ft``: Caffe's command-line tools with Caffe's flag names.
+
+Flags may be written the gflags way too (``-solver S``, ``--solver=S``, ``-solver=S``).
+This is the only module that turns errors into messages and exit codes.
+"""
+import argparse
+import os
+import sys
+
+__all__ = ['main']
+
+COMMANDS = {}
+
+
+def command(name, help_text):
+    def decorate(fn):
+        COMMANDS[name] = (fn, help_text)
+        return fn
+    return decorate
+
+
+def normalize_gflags(argv):
+    """``-flag`` (a single dash and a multi-letter name) -> ``--flag``; ``-flag=v`` too."""
+    out = []
+    for arg in argv:
+        if arg.startswith('-') and not arg.startswith('--') and len(arg) > 2 and arg[1].isalpha():
+            arg = '-' + arg
+        out.append(arg)
+    return out
+
+
+def _parse_shapes(values):
+    shapes = {}
+    for item in values or []:
+        name, _, dims = item.partition('=')
+        try:
+            shapes[name] = tuple(int(d) for d in dims.split(','))
+        except ValueError:
+            raise SystemExit('--input-shape wants NAME=N,C,H,W, got %r' % item) from None
+    return shapes
+
+
+def _phase(name):
+    from .proto import caffe_pb2
+    return caffe_pb2.TRAIN if name.upper() == 'TRAIN' else caffe_pb2.TEST
+
+
+def _stages(value):
+    return [s for s in (value or '').split(',') if s]
+
+
+# -- info ---------------------------------------------------------------------------------
+@command('info', 'versions, BLAS, threads, MPI and ULFM availability')
+def cmd_info(args):
+    import platform
+    import subprocess
+
+    import numba
+    import numpy as np
+    from google.protobuf import __version__ as pb_version
+
+    from . import __version__
+    print('pycaffe-ft %s' % __version__)
+    print('python     %s' % platform.python_version())
+    print('numpy      %s' % np.__version__)
+    print('numba      %s' % numba.__version__)
+    print('protobuf   %s' % pb_version)
+    try:
+        import lmdb
+        print('lmdb       %s' % lmdb.__version__)
+    except ImportError:
+        print('lmdb       not installed')
+    try:
+        blas = np.__config__.CONFIG['Build Dependencies']['blas']
+        print('BLAS       %s %s' % (blas.get('name'), blas.get('version')))
+    except (AttributeError, KeyError, TypeError):
+        print('BLAS       unknown')
+    print('cores      %s' % os.cpu_count())
+    for var in ('OMP_NUM_THREADS', 'OPENBLAS_NUM_THREADS', 'NUMBA_NUM_THREADS'):
+        print('%s=%s' % (var, os.environ.get(var, '(unset)')))
+    from .parallel.mpi_env import describe_mpi
+    for line in describe_mpi():
+        print(line)
+    return 0
+
+
+# -- time ----------------------------------------------------------------------------------
+@command('time', 'benchmark forward/backward of a net, per layer (like caffe time)')
+def cmd_time(args):
+    from .bench import time_net
+    time_net(args.model, iterations=args.iterations, phase=_phase(args.phase), level=args.level,
+             stages=_stages(args.stage), overrides=_parse_shapes(args.input_shape),
+             weights=args.weights)
+    return 0
+
+
+# -- upgrades ------------------------------------------------------------------------------
+@command('upgrade-net', 'write a V0/V1/old-input net definition in the current format')
+def cmd_upgrade_net(args):
+    from .netspec_io import load_net_param
+    from .proto.io import write_binary, write_text
+    param, _ = load_net_param(args.input)
+    if args.binary:
+        write_binary(args.output, param)
+    else:
+        write_text(args.output, param)
+    print('Wrote upgraded NetParameter to %s' % args.output)
+    return 0
+
+
+@command('upgrade-solver', 'write a solver with the old solver_type enum in the current format')
+def cmd_upgrade_solver(args):
+    from .netspec_io import load_solver_param
+    from .proto.io import write_text
+    write_text(args.output, load_solver_param(args.input))
+    print('Wrote upgraded SolverParameter to %s' % args.output)
+    return 0
+
+
+def build_parser():
+    parser = argparse.ArgumentParser(prog='pycaffe-ft', description=(
+        'Caffe-compatible deep learning with fault-tolerant MPI training. '
+        'Flags also accept Caffe\'s gflags spellings (-solver S, --solver=S).'))
+    sub = parser.add_subparsers(dest='command', metavar='COMMAND')
+    p = sub.add_parser('info', help=COMMANDS['info'][1])
+    p = sub.add_parser('time', help=COMMANDS['time'][1])
+    p.add_argument('--model', required=True, help='net definition (.prototxt)')
+    p.add_argument('--iterations', type=int, default=50)
+    p.add_argument('--phase', default='TRAIN', choices=['TRAIN', 'TEST', 'train', 'test'])
+    p.add_argument('--level', type=int, default=0)
+    p.add_argument('--stage', default='', help='comma-separated stages')
+    p.add_argument('--weights', default=None)
+    p.add_argument('--input-shape', '--input_shape', action='append',
+                   help='NAME=N,C,H,W: shape of a data layer top fed with synthetic input')
+    p.add_argument('--gpu', default=None, help='accepted and ignored (CPU only), with a warning')
+    p = sub.add_parser('upgrade-net', help=COMMANDS['upgrade-net'][1])
+    p.add_argument('input')
+    p.add_argument('output')
+    p.add_argument('--binary', action='store_true', help='write a binary NetParameter')
+    p = sub.add_parser('upgrade-solver', help=COMMANDS['upgrade-solver'][1])
+    p.add_argument('input')
+    p.add_argument('output')
+    return parser
+
+
+def main(argv=None):
+    from .errors import CaffeError
+    argv = normalize_gflags(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not args.command:
+        parser.print_help()
+        return 1
+    if getattr(args, 'gpu', None) is not None:
+        print('warning: --gpu %s ignored: pycaffe-ft runs on the CPU' % args.gpu, file=sys.stderr)
+    try:
+        return COMMANDS[args.command][0](args) or 0
+    except CaffeError as e:
+        print('pycaffe-ft %s: error: %s' % (args.command, e), file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print('pycaffe-ft %s: interrupted' % args.command, file=sys.stderr)
+        return 130
+
+
+if __name__ == '__main__':
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Numba kernels: pure ``@njit(cache=True)`` functions, arrays in, outputs passed in."""

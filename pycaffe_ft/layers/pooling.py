@@ -1,0 +1,90 @@
+"""Pooling: MAX (optional mask top), AVE, global; Caffe's ceil rounding with the last window
+clipped, or round_mode FLOOR."""
+import math
+
+import numpy as np
+
+from ..kernels import pooling as K
+from ..proto import caffe_pb2
+from ..registry import LAYERS
+from .base import Layer
+from .geometry import spatial_param
+
+__all__ = ['PoolingLayer']
+
+_P = caffe_pb2.PoolingParameter
+
+
+@LAYERS.register('Pooling', v1_name='POOLING')
+class PoolingLayer(Layer):
+    type = 'Pooling'
+    exact_num_bottom = 1
+    min_num_top = 1
+    max_num_top = 2
+
+    def layer_setup(self, bottom, top):
+        p = self.layer_param.pooling_param
+        self.method = p.pool
+        if len(top) == 2 and self.method != _P.MAX:
+            raise self.error('only MAX pooling has a second (mask) top')
+        if self.method == _P.STOCHASTIC:
+            raise self.error('STOCHASTIC pooling is not available on the CPU in this version '
+                             '(BVLC Caffe has it on the GPU only); use MAX or AVE')
+        self.global_pooling = p.global_pooling
+        if self.global_pooling:
+            if p.HasField('kernel_size') or p.HasField('kernel_h') or p.HasField('kernel_w'):
+                raise self.error('with global_pooling: true the filter size cannot be specified')
+        else:
+            self.kernel = spatial_param(self, p, 'kernel_size', None)
+        self.pad = spatial_param(self, p, 'pad', 0, allow_zero=True)
+        self.stride = spatial_param(self, p, 'stride', 1)
+        if self.global_pooling and (self.pad != (0, 0) or self.stride != (1, 1)):
+            raise self.error('with global_pooling: true only pad = 0 and stride = 1 are allowed')
+        if not self.global_pooling and (self.pad[0] >= self.kernel[0] or self.pad[1] >= self.kernel[1]):
+            raise self.error('pad %s must be smaller than the kernel %s' % (list(self.pad), list(self.kernel)))
+        self.ceil = p.round_mode == _P.CEIL
+
+    def reshape(self, bottom, top):
+        if bottom[0].num_axes != 4:
+            raise self.error('input must have 4 axes (N, C, H, W), got shape %s' % (list(bottom[0].shape),))
+        n, c, h, w = bottom[0].shape
+        if self.global_pooling:
+            self.kernel = (h, w)
+        out = []
+        for size, k, s, p in zip((h, w), self.kernel, self.stride, self.pad):
+            if self.ceil:
+                o = int(math.ceil((size + 2 * p - k) / float(s))) + 1
+            else:
+                o = (size + 2 * p - k) // s + 1
+            if p and (o - 1) * s >= size + p:
+                o -= 1  # the last window would start inside the padding
+            if o <= 0:
+                raise self.error('kernel %s does not fit input %s' % (list(self.kernel), [h, w]))
+            out.append(o)
+        self.out_hw = tuple(out)
+        top[0].reshape((n, c) + self.out_hw)
+        if len(top) > 1:
+            top[1].reshape((n, c) + self.out_hw)
+        if self.method == _P.MAX and len(top) == 1:
+            self._mask = np.empty((n, c) + self.out_hw, np.float32)
+
+    def _args(self):
+        return (self.kernel[0], self.kernel[1], self.pad[0], self.pad[1], self.stride[0], self.stride[1])
+
+    def forward(self, bottom, top):
+        if self.method == _P.MAX:
+            mask = top[1].data if len(top) > 1 else self._mask
+            K.max_pool_forward(bottom[0].data, *self._args(), self.out_hw[0], self.out_hw[1],
+                               top[0].data, mask)
+        else:
+            K.ave_pool_forward(bottom[0].data, *self._args(), self.out_hw[0], self.out_hw[1],
+                               top[0].data)
+
+    def backward(self, top, propagate_down, bottom):
+        if not propagate_down[0]:
+            return
+        if self.method == _P.MAX:
+            mask = top[1].data if len(top) > 1 else self._mask
+            K.max_pool_backward(top[0].diff, mask, bottom[0].diff)
+        else:
+            K.ave_pool_backward(top[0].diff, *self._args(), bottom[0].diff)

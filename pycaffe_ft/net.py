@@ -1,0 +1,594 @@
+"""Net: the layer graph built from a NetParameter, with Caffe's Net semantics.
+
+Filtering by NetStateRule, automatic Split layers for fan-out, in-place layers, parameter
+sharing by ParamSpec name, the which-layers-need-backward analysis, forward/backward over a
+layer range, copying trained weights and saving. Learnable blobs are views into one flat
+``param_data`` / ``param_diff`` buffer pair.
+"""
+import collections
+
+import numpy as np
+
+from .blob import Blob
+from .errors import NetError, ShapeError, UnknownLayerTypeError, WeightsError
+from .log import logger
+from .netspec_io import load_net_param
+from .proto import caffe_pb2
+from .proto.io import array_to_blob, blob_to_array, read_binary
+from .proto.upgrade import upgrade_net
+from .registry import LAYERS
+from .split import insert_splits
+
+__all__ = ['Net', 'filter_net', 'state_meets_rule']
+
+TRAIN, TEST = caffe_pb2.TRAIN, caffe_pb2.TEST
+
+
+def state_meets_rule(state, rule):
+    """Caffe's Net::StateMeetsRule."""
+    if rule.HasField('phase') and rule.phase != state.phase:
+        return False
+    if rule.HasField('min_level') and state.level < rule.min_level:
+        return False
+    if rule.HasField('max_level') and state.level > rule.max_level:
+        return False
+    if any(stage not in state.stage for stage in rule.stage):
+        return False
+    if any(stage in state.stage for stage in rule.not_stage):
+        return False
+    return True
+
+
+def filter_net(param, state, source=None):
+    """Copy of ``param`` keeping the layers whose include/exclude rules admit ``state``.
+
+    Returns (filtered NetParameter, list of kept original layer indices).
+    """
+    out = caffe_pb2.NetParameter()
+    out.CopyFrom(param)
+    del out.layer[:]
+    kept = []
+    for i, layer in enumerate(param.layer):
+        if len(layer.include) and len(layer.exclude):
+            where = source.where(i) if source else '<net>'
+            raise NetError('%s: layer "%s": specify either include rules or exclude rules, not '
+                           'both' % (where, layer.name))
+        included = len(layer.include) == 0
+        if any(state_meets_rule(state, rule) for rule in layer.exclude):
+            included = False
+        if any(state_meets_rule(state, rule) for rule in layer.include):
+            included = True
+        if included:
+            out.layer.add().CopyFrom(layer)
+            kept.append(i)
+    return out, kept
+
+
+def _phase_value(phase):
+    if isinstance(phase, str):
+        return {'TRAIN': TRAIN, 'TEST': TEST}[phase.upper()]
+    return int(phase)
+
+
+class Net:
+    """A Caffe net.
+
+    ``Net(model, phase)``, ``Net(model, weights, phase)`` (pycaffe's forms, also with
+    keywords ``weights=``, ``phase=``, ``level=``, ``stages=``). ``model`` is a prototxt path,
+    prototxt text or NetParameter.
+    """
+
+    def __init__(self, model, *args, weights=None, phase=None, level=0, stages=()):
+        args = list(args)
+        if args and isinstance(args[0], (str, bytes)) and not isinstance(args[0], int):
+            weights = args.pop(0)
+        if args:
+            phase = args.pop(0)
+        if args:
+            raise TypeError('Net(model, [weights,] phase): too many positional arguments')
+        if phase is None:
+            phase = TEST
+        self.phase = _phase_value(phase)
+        param, self.source = load_net_param(model)
+        state = caffe_pb2.NetState()
+        state.CopyFrom(param.state)
+        state.phase = self.phase
+        state.level = level if level else state.level
+        state.stage.extend(s for s in stages if s not in state.stage)
+        self._init(param, state)
+        if weights:
+            self.copy_from(weights)
+        self._hooks = {'before_forward': [], 'after_forward': [], 'before_backward': [],
+                       'after_backward': []}
+
+    # -- construction ---------------------------------------------------------------------------
+    def _init(self, param, state):
+        self.name = param.name
+        self.debug_info = param.debug_info
+        filtered, kept = filter_net(param, state, self.source)
+        lines = [self.source.lines[i] if i < len(self.source.lines) else None for i in kept]
+        split_param, origin = insert_splits(filtered, self.source.where())
+        self._layer_lines = [lines[o] if o is not None else None for o in origin]
+        self.param = split_param
+        self.layers, self._layer_names = [], []
+        self.blobs = collections.OrderedDict()
+        self._blob_list, self._blob_names = [], []
+        self.bottom_vecs, self.top_vecs = [], []
+        self.bottom_ids, self.top_ids = [], []
+        self.bottom_need_backward, self.layer_need_backward = [], []
+        blob_need_backward = []
+        available, name_to_id = set(), {}
+        self.input_ids = []
+        self._params, self._param_owners, self._param_layer_indices = [], [], []
+        self._param_names_index = {}
+        self.learnable_params, self.learnable_param_ids = [], []
+        self.params_lr, self.params_weight_decay = [], []
+        self._has_params_lr, self._has_params_decay = [], []
+        for layer_id, lp in enumerate(split_param.layer):
+            if not lp.HasField('phase'):
+                lp.phase = self.phase
+            where = self._where(layer_id)
+            if len(lp.propagate_down) and len(lp.propagate_down) != len(lp.bottom):
+                raise NetError('%s: layer "%s": propagate_down param must be specified either 0 '
+                               'or bottom_size times' % (where, lp.name))
+            cls = LAYERS.get(lp.type, UnknownLayerTypeError,
+                             '%s: layer "%s": ' % (where, lp.name))
+            layer_param = caffe_pb2.LayerParameter()
+            layer_param.CopyFrom(lp)
+            layer = cls(layer_param, self.phase)
+            layer.net_source = self.source
+            self.layers.append(layer)
+            self._layer_names.append(lp.name)
+            bottoms, bottom_ids, bottom_nb = [], [], []
+            need_backward = False
+            for j, name in enumerate(lp.bottom):
+                if name not in available:
+                    raise NetError('%s: layer "%s" (type %s): unknown bottom blob "%s" (no earlier '
+                                   'layer produces it, or it was already consumed in place)'
+                                   % (where, lp.name, lp.type, name))
+                bid = name_to_id[name]
+                bottoms.append(self._blob_list[bid])
+                bottom_ids.append(bid)
+                nb = blob_need_backward[bid]
+                if len(lp.propagate_down):
+                    nb = lp.propagate_down[j]
+                bottom_nb.append(bool(nb))
+                available.discard(name)
+                need_backward |= blob_need_backward[bid]
+            tops, top_ids = [], []
+            n_top = len(lp.top)
+            wanted = layer.exact_num_top or layer.min_num_top or 0
+            if layer.auto_top_blobs and n_top < wanted:
+                for k in range(n_top, wanted):
+                    lp.top.append('(automatic)' if k == 0 else '(automatic %d)' % k)
+                    layer_param.top.append(lp.top[-1])
+            for j, name in enumerate(lp.top):
+                if j < len(lp.bottom) and name == lp.bottom[j]:
+                    bid = name_to_id[name]
+                elif name in name_to_id and not name.startswith('(automatic'):
+                    raise NetError('%s: layer "%s": top blob "%s" produced by multiple sources'
+                                   % (where, lp.name, name))
+                else:
+                    bid = len(self._blob_list)
+                    blob = Blob()
+                    self._blob_list.append(blob)
+                    self._blob_names.append(name)
+                    name_to_id[name] = bid
+                    blob_need_backward.append(False)
+                    self.blobs[name] = blob
+                tops.append(self._blob_list[bid])
+                top_ids.append(bid)
+                available.add(name)
+                if lp.type == 'Input':
+                    self.input_ids.append(bid)
+            self.bottom_vecs.append(bottoms)
+            self.top_vecs.append(tops)
+            self.bottom_ids.append(bottom_ids)
+            self.top_ids.append(top_ids)
+            self.bottom_need_backward.append(bottom_nb)
+            try:
+                layer.setup(bottoms, tops)
+            except NetError as e:
+                if str(e).startswith(self.source.where()):
+                    raise
+                raise type(e)('%s: %s' % (where, e)) from None
+            logger.debug('Setting up %s', lp.name)
+            n_blobs = len(layer.blobs)
+            if len(lp.param) > n_blobs:
+                raise NetError('%s: layer "%s": too many params specified (%d param specs, the '
+                               'layer has %d param blobs)' % (where, lp.name, len(lp.param), n_blobs))
+            for pid in range(n_blobs):
+                spec = lp.param[pid] if pid < len(lp.param) else caffe_pb2.ParamSpec()
+                pnb = spec.lr_mult != 0
+                need_backward |= pnb
+                layer.param_propagate_down[pid] = pnb
+            for pid in range(n_blobs):
+                self._append_param(layer_id, pid)
+            self.layer_need_backward.append(need_backward)
+            if need_backward:
+                for bid in top_ids:
+                    blob_need_backward[bid] = True
+        self._analyse_backward(split_param, blob_need_backward)
+        self._blob_need_backward = blob_need_backward
+        self.output_ids = [name_to_id[n] for n in sorted(available)]
+        self._build_flat_params()
+        self.blob_loss_weights = collections.OrderedDict((n, 0.0) for n in self._blob_names)
+        for layer, top_ids in zip(self.layers, self.top_ids):
+            for j, bid in enumerate(top_ids):
+                if layer.loss(j):
+                    self.blob_loss_weights[self._blob_names[bid]] = layer.loss(j)
+
+    def _where(self, layer_id):
+        line = self._layer_lines[layer_id] if layer_id < len(self._layer_lines) else None
+        path = self.source.where()
+        return '%s:%d' % (path, line) if line else path
+
+    def _append_param(self, layer_id, pid):
+        layer = self.layers[layer_id]
+        lp = layer.layer_param
+        spec = lp.param[pid] if pid < len(lp.param) else caffe_pb2.ParamSpec()
+        net_pid = len(self._params)
+        self._params.append(layer.blobs[pid])
+        self._param_layer_indices.append((layer_id, pid))
+        name = spec.name
+        if not name or name not in self._param_names_index:
+            self._param_owners.append(-1)
+            if name:
+                self._param_names_index[name] = net_pid
+            self.learnable_param_ids.append(len(self.learnable_params))
+            self.learnable_params.append(layer.blobs[pid])
+            self._has_params_lr.append(spec.HasField('lr_mult'))
+            self._has_params_decay.append(spec.HasField('decay_mult'))
+            self.params_lr.append(spec.lr_mult)
+            self.params_weight_decay.append(spec.decay_mult)
+            return
+        owner_pid = self._param_names_index[name]
+        self._param_owners.append(owner_pid)
+        owner_layer, owner_index = self._param_layer_indices[owner_pid]
+        this, owner = layer.blobs[pid], self.layers[owner_layer].blobs[owner_index]
+        where = self._where(layer_id)
+        if spec.share_mode == caffe_pb2.ParamSpec.PERMISSIVE:
+            if this.count != owner.count:
+                raise ShapeError('%s: cannot share param "%s" owned by layer "%s" with layer "%s": '
+                                 'count mismatch (owner shape %s, sharing shape %s)' % (
+                                     where, name, self._layer_names[owner_layer], lp.name,
+                                     list(owner.shape), list(this.shape)))
+        elif tuple(this.shape) != tuple(owner.shape):
+            raise ShapeError('%s: cannot share param "%s" owned by layer "%s" with layer "%s": '
+                             'shape mismatch (owner shape %s, sharing shape %s; use '
+                             'share_mode: PERMISSIVE to check counts only)' % (
+                                 where, name, self._layer_names[owner_layer], lp.name,
+                                 list(owner.shape), list(this.shape)))
+        lid = self.learnable_param_ids[owner_pid]
+        self.learnable_param_ids.append(lid)
+        for has, values, field in ((self._has_params_lr, self.params_lr, 'lr_mult'),
+                                   (self._has_params_decay, self.params_weight_decay, 'decay_mult')):
+            if spec.HasField(field):
+                if has[lid]:
+                    if getattr(spec, field) != values[lid]:
+                        raise NetError('%s: shared param "%s" has mismatched %s' % (where, name, field))
+                else:
+                    has[lid] = True
+                    values[lid] = getattr(spec, field)
+
+    def _analyse_backward(self, param, blob_need_backward):
+        """Caffe's pass from the last layer back: skip layers that do not feed a loss."""
+        under_loss, skip_backp = set(), set()
+        for lid in range(len(self.layers) - 1, -1, -1):
+            layer = self.layers[lid]
+            contributes, skip = False, True
+            for j, bid in enumerate(self.top_ids[lid]):
+                name = self._blob_names[bid]
+                if layer.loss(j) or name in under_loss:
+                    contributes = True
+                if name not in skip_backp:
+                    skip = False
+                if contributes and not skip:
+                    break
+            if self.layer_need_backward[lid] and skip:
+                self.layer_need_backward[lid] = False
+                self.bottom_need_backward[lid] = [False] * len(self.bottom_ids[lid])
+            if not contributes:
+                self.layer_need_backward[lid] = False
+            for j, bid in enumerate(self.bottom_ids[lid]):
+                name = self._blob_names[bid]
+                if contributes:
+                    under_loss.add(name)
+                else:
+                    self.bottom_need_backward[lid][j] = False
+                if not self.bottom_need_backward[lid][j]:
+                    skip_backp.add(name)
+        if param.force_backward:
+            for lid, layer in enumerate(self.layers):
+                self.layer_need_backward[lid] = True
+                for j, bid in enumerate(self.bottom_ids[lid]):
+                    nb = self.bottom_need_backward[lid][j] or layer.allow_force_backward(j)
+                    self.bottom_need_backward[lid][j] = nb
+                    blob_need_backward[bid] = blob_need_backward[bid] or nb
+                layer.param_propagate_down = [True] * len(layer.blobs)
+
+    def _build_flat_params(self):
+        """Move every learnable blob into one flat data/diff buffer; sharers view their owner's slice."""
+        counts = [b.count for b in self.learnable_params]
+        offsets = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)]).astype(np.int64)
+        self.param_data = np.zeros(int(offsets[-1]), np.float32)
+        self.param_diff = np.zeros(int(offsets[-1]), np.float32)
+        self.param_offsets = offsets
+        for i, blob in enumerate(self.learnable_params):
+            lo, hi = offsets[i], offsets[i + 1]
+            self.param_data[lo:hi] = blob.data.ravel()
+            self.param_diff[lo:hi] = blob.diff.ravel()
+            blob.bind(self.param_data[lo:hi], self.param_diff[lo:hi])
+        for net_pid, owner in enumerate(self._param_owners):
+            if owner >= 0:
+                lid = self.learnable_param_ids[net_pid]
+                lo, hi = offsets[lid], offsets[lid + 1]
+                self._params[net_pid].bind(self.param_data[lo:hi], self.param_diff[lo:hi])
+
+    # -- pycaffe's introspection -----------------------------------------------------------
+    @property
+    def params(self):
+        return collections.OrderedDict((name, layer.blobs) for name, layer
+                                       in zip(self._layer_names, self.layers) if layer.blobs)
+
+    @property
+    def layer_dict(self):
+        return collections.OrderedDict(zip(self._layer_names, self.layers))
+
+    @property
+    def inputs(self):
+        return [self._blob_names[i] for i in self.input_ids]
+
+    @property
+    def outputs(self):
+        return [self._blob_names[i] for i in self.output_ids]
+
+    @property
+    def top_names(self):
+        return collections.OrderedDict(
+            (name, [self._blob_names[i] for i in ids]) for name, ids in zip(self._layer_names, self.top_ids))
+
+    @property
+    def bottom_names(self):
+        return collections.OrderedDict(
+            (name, [self._blob_names[i] for i in ids]) for name, ids in zip(self._layer_names, self.bottom_ids))
+
+    # -- hooks -------------------------------------------------------------------------------
+    def before_forward(self, fn):
+        """Call ``fn(layer_index)`` before each layer's forward."""
+        self._hooks['before_forward'].append(fn)
+
+    def after_forward(self, fn):
+        self._hooks['after_forward'].append(fn)
+
+    def before_backward(self, fn):
+        self._hooks['before_backward'].append(fn)
+
+    def after_backward(self, fn):
+        self._hooks['after_backward'].append(fn)
+
+    # -- running -----------------------------------------------------------------------------
+    def _layer_index(self, name, default):
+        if name is None:
+            return default
+        try:
+            return self._layer_names.index(name)
+        except ValueError:
+            raise NetError('net "%s" has no layer "%s"' % (self.name, name)) from None
+
+    def forward_from_to(self, start=0, end=None):
+        """Run layers ``start..end`` (inclusive); returns the summed weighted loss."""
+        end = len(self.layers) - 1 if end is None else end
+        loss = 0.0
+        hooks = self._hooks
+        for i in range(start, end + 1):
+            for fn in hooks['before_forward']:
+                fn(i)
+            layer = self.layers[i]
+            try:
+                loss += layer.run_forward(self.bottom_vecs[i], self.top_vecs[i])
+            except (NetError, ValueError) as e:
+                if isinstance(e, NetError) and str(e).startswith(self.source.where()):
+                    raise
+                raise type(e)('%s: %s' % (self._where(i), e)) from None
+            if self.debug_info:
+                self._forward_debug_info(i)
+            for fn in hooks['after_forward']:
+                fn(i)
+        return loss
+
+    def backward_from_to(self, start=None, end=0):
+        start = len(self.layers) - 1 if start is None else start
+        hooks = self._hooks
+        for i in range(start, end - 1, -1):
+            for fn in hooks['before_backward']:
+                fn(i)
+            if self.layer_need_backward[i]:
+                self.layers[i].backward(self.top_vecs[i], self.bottom_need_backward[i],
+                                        self.bottom_vecs[i])
+                if self.debug_info:
+                    self._backward_debug_info(i)
+            for fn in hooks['after_backward']:
+                fn(i)
+
+    def _forward(self, start, end):
+        return self.forward_from_to(start, end)
+
+    def _backward(self, start, end):
+        self.backward_from_to(start, end)
+
+    def forward(self, blobs=None, start=None, end=None, **kwargs):
+        """pycaffe's forward: set inputs from kwargs, run, return {output name: data}."""
+        blobs = list(blobs or [])
+        start_ind = self._layer_index(start, 0)
+        end_ind = self._layer_index(end, len(self.layers) - 1)
+        if end is not None:
+            outputs = set(blobs + ([end] if end in self.blobs else self.top_names[end]))
+        else:
+            outputs = set(self.outputs + blobs)
+        if kwargs:
+            if set(kwargs) != set(self.inputs):
+                raise NetError('input blob arguments %s do not match net inputs %s'
+                               % (sorted(kwargs), self.inputs))
+            for name, value in kwargs.items():
+                value = np.asarray(value)
+                if value.shape[:1] != self.blobs[name].shape[:1]:
+                    raise ShapeError('input "%s" is not batch sized: shape %s, blob shape %s'
+                                     % (name, list(value.shape), list(self.blobs[name].shape)))
+                self.blobs[name].data[...] = value
+        self.loss = self.forward_from_to(start_ind, end_ind)
+        return {out: self.blobs[out].data for out in outputs}
+
+    def backward(self, diffs=None, start=None, end=None, **kwargs):
+        """pycaffe's backward: set output diffs from kwargs, run, return {name: diff}."""
+        diffs = list(diffs or [])
+        start_ind = self._layer_index(start, len(self.layers) - 1)
+        end_ind = self._layer_index(end, 0)
+        if end is not None:
+            outputs = set(diffs + ([end] if end in self.blobs else self.bottom_names[end]))
+        else:
+            outputs = set(self.inputs + diffs)
+        if kwargs:
+            if set(kwargs) != set(self.outputs):
+                raise NetError('top diff arguments %s do not match net outputs %s'
+                               % (sorted(kwargs), self.outputs))
+            for name, value in kwargs.items():
+                value = np.asarray(value)
+                if value.shape[:1] != self.blobs[name].shape[:1]:
+                    raise ShapeError('diff "%s" is not batch sized' % name)
+                self.blobs[name].diff[...] = value
+        self.backward_from_to(start_ind, end_ind)
+        return {out: self.blobs[out].diff for out in outputs}
+
+    def forward_backward(self):
+        """One forward and backward pass over the whole net; returns the loss."""
+        loss = self.forward_from_to()
+        self.backward_from_to()
+        return loss
+
+    def forward_all(self, blobs=None, **kwargs):
+        """pycaffe's forward_all: run the inputs through in batches; concatenated outputs."""
+        all_outs = {out: [] for out in set(self.outputs + list(blobs or []))}
+        batch = self.blobs[self.inputs[0]].shape[0] if self.inputs else 1
+        n = len(next(iter(kwargs.values()))) if kwargs else batch
+        for lo in range(0, n, batch):
+            chunk = {}
+            for name, value in kwargs.items():
+                part = np.asarray(value[lo:lo + batch])
+                if len(part) < batch:
+                    pad = np.zeros((batch - len(part),) + part.shape[1:], part.dtype)
+                    part = np.concatenate([part, pad])
+                chunk[name] = part
+            outs = self.forward(blobs=blobs, **chunk)
+            for name, value in outs.items():
+                all_outs[name].extend(value.copy())
+        return {name: np.asarray(values[:n]) for name, values in all_outs.items()}
+
+    def reshape(self):
+        for i, layer in enumerate(self.layers):
+            layer.reshape(self.bottom_vecs[i], self.top_vecs[i])
+
+    def clear_param_diffs(self):
+        self.param_diff[...] = 0
+
+    def share_with(self, other):
+        """Make this net's learnable params the same memory as ``other``'s (test nets)."""
+        self.copy_trained_layers_from_net(other, share=True)
+
+    # -- weights -----------------------------------------------------------------------------
+    def copy_from(self, weights):
+        """Copy trained layers from a .caffemodel path(s) (comma-separated) or NetParameter.
+
+        Like Caffe's CopyTrainedLayersFrom: layers absent from this net are skipped; a
+        same-name layer whose blob count or shapes differ is an error naming both.
+        """
+        if isinstance(weights, str) and ',' in weights:
+            for w in weights.split(','):
+                self.copy_from(w.strip())
+            return
+        if isinstance(weights, str) and weights.endswith('.h5'):
+            from .hdf5 import copy_from_hdf5
+            copy_from_hdf5(self, weights)
+            return
+        if isinstance(weights, caffe_pb2.NetParameter):
+            source, where = weights, '<NetParameter>'
+        else:
+            source = read_binary(weights, caffe_pb2.NetParameter())
+            where = weights
+            if not len(source.layer) and not len(source.layers):
+                raise WeightsError('%s: no layers in this file: not a .caffemodel?' % where)
+            upgrade_net(source, where)
+        by_name = self.layer_dict
+        for src in source.layer:
+            target = by_name.get(src.name)
+            if target is None:
+                logger.info('Ignoring source layer %s', src.name)
+                continue
+            if len(src.blobs) != len(target.blobs):
+                raise WeightsError('%s: incompatible number of blobs for layer "%s": the weights '
+                                   'have %d, the net has %d' % (where, src.name, len(src.blobs),
+                                                               len(target.blobs)))
+            for j, (bp, blob) in enumerate(zip(src.blobs, target.blobs)):
+                array = blob_to_array(bp)
+                if tuple(array.shape) != tuple(blob.shape):
+                    legacy = not bp.HasField('shape') and array.size == blob.count and blob.num_axes <= 4 \
+                        and (1,) * (4 - blob.num_axes) + tuple(blob.shape) == tuple(array.shape)
+                    if not legacy:
+                        raise WeightsError(
+                            '%s: cannot copy param %d weights from layer "%s"; shape mismatch. '
+                            'Source param shape is %s; target param shape is %s. To learn this '
+                            'layer\'s parameters from scratch rather than copying from a saved '
+                            'net, rename the layer.' % (where, j, src.name, list(array.shape),
+                                                        list(blob.shape)))
+                blob.data[...] = array.reshape(blob.shape)
+
+    def copy_trained_layers_from_net(self, other, share=False):
+        by_name = other.layer_dict
+        for name, layer in zip(self._layer_names, self.layers):
+            src = by_name.get(name)
+            if src is None or not layer.blobs:
+                continue
+            for blob, sblob in zip(layer.blobs, src.blobs):
+                if tuple(blob.shape) != tuple(sblob.shape):
+                    raise ShapeError('layer "%s": cannot share param of shape %s with %s'
+                                     % (name, list(sblob.shape), list(blob.shape)))
+                if share:
+                    blob.share_data(sblob)
+                else:
+                    blob.data[...] = sblob.data
+
+    def to_proto(self, write_diff=False):
+        """NetParameter with every layer's definition and blobs (Caffe's Net::ToProto)."""
+        param = caffe_pb2.NetParameter(name=self.name)
+        for layer in self.layers:
+            lp = param.layer.add()
+            lp.CopyFrom(layer.layer_param)
+            del lp.blobs[:]
+            for blob in layer.blobs:
+                array_to_blob(blob.data, lp.blobs.add(), diff=blob.diff if write_diff else None)
+        return param
+
+    def save(self, path):
+        """Write the weights as a binary .caffemodel (atomically)."""
+        from .proto.io import write_binary
+        write_binary(path, self.to_proto())
+
+    # -- debug info --------------------------------------------------------------------------
+    def _forward_debug_info(self, i):
+        for bid in self.top_ids[i]:
+            logger.info('    [Forward] Layer %s, top blob %s data: %.6g', self._layer_names[i],
+                        self._blob_names[bid], np.abs(self._blob_list[bid].data).mean())
+        for j, blob in enumerate(self.layers[i].blobs):
+            logger.info('    [Forward] Layer %s, param blob %d data: %.6g', self._layer_names[i], j,
+                        np.abs(blob.data).mean())
+
+    def _backward_debug_info(self, i):
+        for j, bid in enumerate(self.bottom_ids[i]):
+            if self.bottom_need_backward[i][j]:
+                logger.info('    [Backward] Layer %s, bottom blob %s diff: %.6g',
+                            self._layer_names[i], self._blob_names[bid],
+                            np.abs(self._blob_list[bid].diff).mean())
+        for j, blob in enumerate(self.layers[i].blobs):
+            if self.layers[i].param_propagate_down[j]:
+                logger.info('    [Backward] Layer %s, param blob %d diff: %.6g',
+                            self._layer_names[i], j, np.abs(blob.diff).mean())

@@ -1,0 +1,1 @@
+"""Parallel training over MPI. Nothing here imports ``mpi4py.MPI`` at import time."""

@@ -1,0 +1,192 @@
+"""Reading and writing Caffe's protobuf files: prototxt text, binary protos, BlobProto arrays.
+
+Every parse failure becomes a :class:`~pycaffe_ft.errors.PrototxtError` with file, line and
+column; a field that BVLC Caffe does not have becomes a :class:`ForkFeatureError` naming it.
+"""
+import re
+
+import numpy as np
+from google.protobuf import message as _message
+from google.protobuf import text_format
+
+from ..atomic import atomic_write_bytes
+from ..errors import ForkFeatureError, PrototxtError, WeightsError
+from . import caffe_pb2
+
+__all__ = ['parse_text', 'read_text', 'write_text', 'read_binary', 'write_binary',
+           'layer_lines', 'blob_to_array', 'array_to_blob', 'read_blob_file',
+           'message_to_text']
+
+_UNKNOWN_FIELD = re.compile(r'Message type "caffe\.(\w+)" has no field named "(\w+)"')
+_UNKNOWN_ENUM = re.compile(r'Enum type "caffe\.([\w.]+)" has no value named (\w+)')
+_LOCATION = re.compile(r'^\d+:\d+ : ')
+
+
+def _read_file(path, mode='r'):
+    try:
+        with open(path, mode) as f:
+            return f.read()
+    except FileNotFoundError:
+        raise PrototxtError('file not found', path) from None
+    except (IsADirectoryError, PermissionError, UnicodeDecodeError) as e:
+        raise PrototxtError('cannot read file (%s)' % e, path) from None
+
+
+def _enclosing_layer(text, line):
+    """Name of the top-level layer block that contains 1-based ``line``, or None."""
+    name = None
+    for start, end, layer_name in _layer_blocks(text):
+        if start <= line <= end:
+            name = layer_name
+    return name
+
+
+def parse_text(text, message, path=None):
+    """Merge prototxt ``text`` into ``message`` (returned); raise PrototxtError on any problem."""
+    try:
+        text_format.Merge(text, message)
+    except text_format.ParseError as e:
+        line, column = e.GetLine(), e.GetColumn()
+        detail = _LOCATION.sub('', str(e))
+        detail = re.sub(r"^'.*?': ", '', detail, flags=re.S) if detail.startswith("'") else detail
+        layer = _enclosing_layer(text, line) if line else None
+        in_layer = ' (in layer "%s")' % layer if layer else ''
+        unknown = _UNKNOWN_FIELD.search(detail)
+        if unknown:
+            raise ForkFeatureError(
+                'unknown field "%s" in %s%s: BVLC Caffe has no such field (a Caffe fork\'s '
+                'field?)' % (unknown.group(2), unknown.group(1), in_layer),
+                path, line, column) from None
+        enum = _UNKNOWN_ENUM.search(detail)
+        if enum:
+            raise PrototxtError('unknown value %s for enum %s%s' % (
+                enum.group(2), enum.group(1), in_layer), path, line, column) from None
+        raise PrototxtError(detail + in_layer, path, line, column) from None
+    return message
+
+
+def read_text(path, message):
+    """Parse the prototxt file at ``path`` into ``message`` (returned)."""
+    return parse_text(_read_file(path), message, path)
+
+
+def message_to_text(message):
+    return text_format.MessageToString(message, float_format='.9g')
+
+
+def write_text(path, message):
+    atomic_write_bytes(path, message_to_text(message).encode())
+
+
+def read_binary(path, message):
+    """Parse the binary protobuf file at ``path`` into ``message``; WeightsError if it is not one."""
+    data = _read_file(path, 'rb') if isinstance(path, str) else path.read()
+    try:
+        message.ParseFromString(data)
+    except _message.DecodeError as e:
+        raise WeightsError('%s: not a valid binary %s (truncated or not a Caffe file: %s)' % (
+            path, message.DESCRIPTOR.name, e)) from None
+    return message
+
+
+def write_binary(path, message):
+    """Serialize ``message`` to ``path`` atomically."""
+    atomic_write_bytes(path, message.SerializeToString())
+
+
+def _strip_comments(line):
+    out, quote = [], None
+    for ch in line:
+        if quote:
+            out.append(ch)
+            if ch == quote:
+                quote = None
+        elif ch in '"\'':
+            quote = ch
+            out.append(ch)
+        elif ch == '#':
+            break
+        else:
+            out.append(ch)
+    return ''.join(out)
+
+
+def _layer_blocks(text):
+    """(first line, last line, name) of each top-level ``layer``/``layers`` block, in order."""
+    blocks, depth, current = [], 0, None
+    for lineno, raw in enumerate(text.splitlines(), 1):
+        line = _strip_comments(raw)
+        pos = 0
+        for m in re.finditer(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'|[{}]|\b(layers?)\b\s*:?\s*(?=\{)'
+                             r'|\bname\s*:\s*"((?:[^"\\]|\\.)*)"', line):
+            tok = m.group(0)
+            if m.group(1) and depth == 0:
+                current = [lineno, lineno, None]
+            elif tok == '{':
+                depth += 1
+            elif tok == '}':
+                depth -= 1
+                if depth == 0 and current is not None:
+                    current[1] = lineno
+                    blocks.append(tuple(current))
+                    current = None
+            elif m.group(2) is not None and depth == 1 and current is not None \
+                    and current[2] is None:
+                current[2] = m.group(2)
+            pos = m.end()
+    if current is not None:
+        current[1] = len(text.splitlines())
+        blocks.append(tuple(current))
+    return blocks
+
+
+def layer_lines(text):
+    """1-based line of each top-level layer block, in file order (for error messages)."""
+    return [b[0] for b in _layer_blocks(text)]
+
+
+def blob_to_array(blob):
+    """BlobProto -> float32 ndarray (float64 if it holds double_data), with its Caffe shape.
+
+    Uses ``shape`` if present, else the legacy num/channels/height/width.
+    """
+    if blob.HasField('shape'):
+        shape = tuple(int(d) for d in blob.shape.dim)
+    elif blob.num or blob.channels or blob.height or blob.width:
+        shape = (blob.num, blob.channels, blob.height, blob.width)
+    else:
+        shape = (len(blob.data) or len(blob.double_data),)
+    if len(blob.double_data):
+        values = np.asarray(blob.double_data, dtype=np.float64)
+    else:
+        values = np.asarray(blob.data, dtype=np.float32)
+    expected = int(np.prod(shape, dtype=np.int64))
+    if values.size != expected:
+        raise WeightsError('BlobProto holds %d values but its shape %s needs %d'
+                           % (values.size, list(shape), expected))
+    return values.reshape(shape)
+
+
+def array_to_blob(array, blob=None, legacy_shape=False, diff=None):
+    """ndarray -> BlobProto (float data; ``legacy_shape`` writes num/channels/height/width)."""
+    blob = caffe_pb2.BlobProto() if blob is None else blob
+    array = np.asarray(array)
+    if legacy_shape:
+        dims = (1,) * (4 - array.ndim) + tuple(array.shape)
+        if len(dims) != 4:
+            raise ValueError('legacy BlobProto shape needs at most 4 axes, got %s' % (array.shape,))
+        blob.num, blob.channels, blob.height, blob.width = dims
+    else:
+        blob.shape.dim.extend(int(d) for d in array.shape)
+    if array.dtype == np.float64:
+        blob.double_data.extend(array.ravel().tolist())
+    else:
+        blob.data.extend(array.astype(np.float32, copy=False).ravel().tolist())
+    if diff is not None:
+        blob.diff.extend(np.asarray(diff, np.float32).ravel().tolist())
+    return blob
+
+
+def read_blob_file(path):
+    """A ``.binaryproto`` file (e.g. a mean file) -> ndarray."""
+    return blob_to_array(read_binary(path, caffe_pb2.BlobProto()))
