@@ -119,6 +119,7 @@ class Net:
         blob_need_backward = []
         available, name_to_id = set(), {}
         self.input_ids = []
+        self._producer = {}
         self._params, self._param_owners, self._param_layer_indices = [], [], []
         self._param_names_index = {}
         self.learnable_params, self.learnable_param_ids = [], []
@@ -181,6 +182,8 @@ class Net:
                 available.add(name)
                 if lp.type == 'Input':
                     self.input_ids.append(bid)
+            for bid in top_ids:
+                self._producer[bid] = lp.name
             self.bottom_vecs.append(bottoms)
             self.top_vecs.append(tops)
             self.bottom_ids.append(bottom_ids)
@@ -189,9 +192,7 @@ class Net:
             try:
                 layer.setup(bottoms, tops)
             except NetError as e:
-                if str(e).startswith(self.source.where()):
-                    raise
-                raise type(e)('%s: %s' % (where, e)) from None
+                raise type(e)('%s: %s%s' % (where, e, self._describe_bottoms(layer_id))) from None
             logger.debug('Setting up %s', lp.name)
             n_blobs = len(layer.blobs)
             if len(lp.param) > n_blobs:
@@ -217,6 +218,12 @@ class Net:
             for j, bid in enumerate(top_ids):
                 if layer.loss(j):
                     self.blob_loss_weights[self._blob_names[bid]] = layer.loss(j)
+
+    def _describe_bottoms(self, layer_id):
+        parts = ['"%s" %s from layer "%s"' % (self._blob_names[bid], list(self._blob_list[bid].shape),
+                                              self._producer.get(bid, '?'))
+                 for bid in self.bottom_ids[layer_id]]
+        return ' [bottoms: %s]' % '; '.join(parts) if parts else ''
 
     def _where(self, layer_id):
         line = self._layer_lines[layer_id] if layer_id < len(self._layer_lines) else None
@@ -387,10 +394,8 @@ class Net:
             layer = self.layers[i]
             try:
                 loss += layer.run_forward(self.bottom_vecs[i], self.top_vecs[i])
-            except (NetError, ValueError) as e:
-                if isinstance(e, NetError) and str(e).startswith(self.source.where()):
-                    raise
-                raise type(e)('%s: %s' % (self._where(i), e)) from None
+            except NetError as e:
+                raise type(e)('%s: %s%s' % (self._where(i), e, self._describe_bottoms(i))) from None
             if self.debug_info:
                 self._forward_debug_info(i)
             for fn in hooks['after_forward']:

@@ -1,0 +1,100 @@
+"""Reading and writing Caffe's files: prototxt errors, .caffemodel, .binaryproto."""
+import os
+
+import numpy as np
+import pytest
+
+import pycaffe_ft as caffe
+from pycaffe_ft.errors import ForkFeatureError, PrototxtError, WeightsError
+from pycaffe_ft.proto import caffe_pb2
+from pycaffe_ft.proto.io import (array_to_blob, blob_to_array, layer_lines, parse_text,
+                                 read_binary, read_blob_file, read_text)
+from tests.helpers import shared_path
+
+
+def test_parse_error_has_file_line_column_and_layer(tmp_path):
+    path = tmp_path / 'bad.prototxt'
+    path.write_text('name: "x"\nlayer {\n  name: "pool1"\n  type: "Pooling"\n'
+                    '  pooling_param { pool: MAX ceil_mode: true }\n}\n')
+    with pytest.raises(ForkFeatureError) as info:
+        read_text(str(path), caffe_pb2.NetParameter())
+    e = info.value
+    assert (e.path, e.line) == (str(path), 5) and e.column > 1
+    assert 'ceil_mode' in str(e) and 'PoolingParameter' in str(e) and 'pool1' in str(e)
+
+
+def test_malformed_text_and_bad_enum():
+    with pytest.raises(PrototxtError) as info:
+        parse_text('layer { name: "a" ', caffe_pb2.NetParameter(), 'x.prototxt')
+    assert str(info.value).startswith('x.prototxt:1:')
+    with pytest.raises(PrototxtError) as info:
+        parse_text('layer {\n name: "p" pooling_param { pool: MAXX } }', caffe_pb2.NetParameter())
+    assert 'MAXX' in str(info.value) and '"p"' in str(info.value)
+
+
+def test_missing_file_is_a_clear_error(tmp_path):
+    with pytest.raises(PrototxtError) as info:
+        caffe.Net(str(tmp_path / 'nope.prototxt'), caffe.TEST)
+    assert 'not found' in str(info.value)
+
+
+def test_layer_lines_follow_top_level_blocks():
+    text = '# c\nname: "n"\nlayer {\n name: "a" # {\n}\nlayers { name: "b" }\nlayer{ name: "c"\n }\n'
+    assert layer_lines(text) == [3, 6, 7]
+
+
+def test_blob_proto_shapes_legacy_and_double():
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    assert np.array_equal(blob_to_array(array_to_blob(a)), a)
+    legacy = array_to_blob(a, legacy_shape=True)
+    assert (legacy.num, legacy.channels, legacy.height, legacy.width) == (1, 1, 2, 3)
+    assert blob_to_array(legacy).shape == (1, 1, 2, 3)
+    d = blob_to_array(array_to_blob(a.astype(np.float64)))
+    assert d.dtype == np.float64 and np.array_equal(d, a)
+    bad = caffe_pb2.BlobProto()
+    bad.shape.dim.extend([2, 2])
+    bad.data.extend([1.0])
+    with pytest.raises(WeightsError):
+        blob_to_array(bad)
+
+
+def test_caffe_mean_binaryproto_reads():
+    mean = read_blob_file(shared_path('golden', 'formats', 'mean.binaryproto'))
+    expected = np.load(shared_path('golden', 'formats', 'mean.npy'))
+    assert mean.shape == expected.shape and np.array_equal(mean, expected)
+
+
+def test_caffe_caffemodel_reads_with_the_right_arrays():
+    param = read_binary(shared_path('golden', 'formats', 'model.caffemodel'), caffe_pb2.NetParameter())
+    expected = np.load(shared_path('golden', 'formats', 'model_params.npz'))
+    seen = set()
+    for layer in param.layer:
+        for i, blob in enumerate(layer.blobs):
+            key = '%s/%d' % (layer.name, i)
+            assert np.array_equal(blob_to_array(blob), expected[key]), key
+            seen.add(key)
+    assert seen == set(expected.files)
+
+
+def test_caffe_snapshot_weights_load_into_a_net():
+    d = shared_path('golden', 'formats')
+    net = caffe.Net(os.path.join(d, 'solverstate_net.prototxt'),
+                    os.path.join(d, 'sgd_iter_5.caffemodel'), caffe.TRAIN)
+    expected = np.load(os.path.join(d, 'solverstate_sgd.npz'))
+    for layer in ('ip1', 'ip2'):
+        for i in range(2):
+            np.testing.assert_array_equal(net.params[layer][i].data, expected['param/%s/%d' % (layer, i)])
+
+
+def test_truncated_or_foreign_caffemodel(tmp_path):
+    data = open(shared_path('golden', 'formats', 'sgd_iter_5.caffemodel'), 'rb').read()
+    truncated = tmp_path / 'truncated.caffemodel'
+    truncated.write_bytes(data[:len(data) // 2])
+    net = caffe.Net(shared_path('golden', 'formats', 'solverstate_net.prototxt'), caffe.TEST)
+    with pytest.raises(WeightsError) as info:
+        net.copy_from(str(truncated))
+    assert 'truncated.caffemodel' in str(info.value)
+    foreign = tmp_path / 'foreign.caffemodel'
+    foreign.write_bytes(b'\x89PNG\r\n\x1a\n' + os.urandom(64))
+    with pytest.raises(WeightsError):
+        net.copy_from(str(foreign))
