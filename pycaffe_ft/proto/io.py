@@ -71,7 +71,7 @@ def read_text(path, message):
 
 
 def message_to_text(message):
-    return text_format.MessageToString(message, float_format='.9g')
+    return text_format.MessageToString(message)
 
 
 def write_text(path, message):

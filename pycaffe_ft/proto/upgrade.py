@@ -42,49 +42,49 @@ V0_TYPE_NAMES = {
     'split': 'SPLIT', 'tanh': 'TANH', 'window_data': 'WINDOW_DATA',
 }
 
-# V0 field -> {v0 type: (param field of V1LayerParameter, field there, repeated?)}.
+# V0 field -> {v0 type: (param field of V1LayerParameter, field there)}.
 _V0_FIELDS = {
-    'num_output': {'conv': ('convolution_param', 'num_output', False),
-                   'innerproduct': ('inner_product_param', 'num_output', False)},
-    'biasterm': {'conv': ('convolution_param', 'bias_term', False),
-                 'innerproduct': ('inner_product_param', 'bias_term', False)},
-    'weight_filler': {'conv': ('convolution_param', 'weight_filler', False),
-                      'innerproduct': ('inner_product_param', 'weight_filler', False)},
-    'bias_filler': {'conv': ('convolution_param', 'bias_filler', False),
-                    'innerproduct': ('inner_product_param', 'bias_filler', False)},
-    'pad': {'conv': ('convolution_param', 'pad', True), 'pool': ('pooling_param', 'pad', True)},
-    'kernelsize': {'conv': ('convolution_param', 'kernel_size', True),
-                   'pool': ('pooling_param', 'kernel_size', True)},
-    'group': {'conv': ('convolution_param', 'group', False)},
-    'stride': {'conv': ('convolution_param', 'stride', True),
-               'pool': ('pooling_param', 'stride', True)},
-    'pool': {'pool': ('pooling_param', 'pool', False)},
-    'dropout_ratio': {'dropout': ('dropout_param', 'dropout_ratio', False)},
-    'local_size': {'lrn': ('lrn_param', 'local_size', False)},
-    'alpha': {'lrn': ('lrn_param', 'alpha', False)},
-    'beta': {'lrn': ('lrn_param', 'beta', False)},
-    'k': {'lrn': ('lrn_param', 'k', False)},
-    'source': {'data': ('data_param', 'source', False),
-               'hdf5_data': ('hdf5_data_param', 'source', False),
-               'images': ('image_data_param', 'source', False),
-               'window_data': ('window_data_param', 'source', False),
-               'infogain_loss': ('infogain_loss_param', 'source', False)},
-    'batchsize': {'data': ('data_param', 'batch_size', False),
-                  'hdf5_data': ('hdf5_data_param', 'batch_size', False),
-                  'images': ('image_data_param', 'batch_size', False),
-                  'window_data': ('window_data_param', 'batch_size', False)},
-    'rand_skip': {'data': ('data_param', 'rand_skip', False),
-                  'images': ('image_data_param', 'rand_skip', False)},
-    'shuffle_images': {'images': ('image_data_param', 'shuffle', False)},
-    'new_height': {'images': ('image_data_param', 'new_height', False)},
-    'new_width': {'images': ('image_data_param', 'new_width', False)},
-    'concat_dim': {'concat': ('concat_param', 'concat_dim', False)},
-    'det_fg_threshold': {'window_data': ('window_data_param', 'fg_threshold', False)},
-    'det_bg_threshold': {'window_data': ('window_data_param', 'bg_threshold', False)},
-    'det_fg_fraction': {'window_data': ('window_data_param', 'fg_fraction', False)},
-    'det_context_pad': {'window_data': ('window_data_param', 'context_pad', False)},
-    'det_crop_mode': {'window_data': ('window_data_param', 'crop_mode', False)},
-    'hdf5_output_param': {'hdf5_output': ('hdf5_output_param', None, False)},
+    'num_output': {'conv': ('convolution_param', 'num_output'),
+                   'innerproduct': ('inner_product_param', 'num_output')},
+    'biasterm': {'conv': ('convolution_param', 'bias_term'),
+                 'innerproduct': ('inner_product_param', 'bias_term')},
+    'weight_filler': {'conv': ('convolution_param', 'weight_filler'),
+                      'innerproduct': ('inner_product_param', 'weight_filler')},
+    'bias_filler': {'conv': ('convolution_param', 'bias_filler'),
+                    'innerproduct': ('inner_product_param', 'bias_filler')},
+    'pad': {'conv': ('convolution_param', 'pad'), 'pool': ('pooling_param', 'pad')},
+    'kernelsize': {'conv': ('convolution_param', 'kernel_size'),
+                   'pool': ('pooling_param', 'kernel_size')},
+    'group': {'conv': ('convolution_param', 'group')},
+    'stride': {'conv': ('convolution_param', 'stride'),
+               'pool': ('pooling_param', 'stride')},
+    'pool': {'pool': ('pooling_param', 'pool')},
+    'dropout_ratio': {'dropout': ('dropout_param', 'dropout_ratio')},
+    'local_size': {'lrn': ('lrn_param', 'local_size')},
+    'alpha': {'lrn': ('lrn_param', 'alpha')},
+    'beta': {'lrn': ('lrn_param', 'beta')},
+    'k': {'lrn': ('lrn_param', 'k')},
+    'source': {'data': ('data_param', 'source'),
+               'hdf5_data': ('hdf5_data_param', 'source'),
+               'images': ('image_data_param', 'source'),
+               'window_data': ('window_data_param', 'source'),
+               'infogain_loss': ('infogain_loss_param', 'source')},
+    'batchsize': {'data': ('data_param', 'batch_size'),
+                  'hdf5_data': ('hdf5_data_param', 'batch_size'),
+                  'images': ('image_data_param', 'batch_size'),
+                  'window_data': ('window_data_param', 'batch_size')},
+    'rand_skip': {'data': ('data_param', 'rand_skip'),
+                  'images': ('image_data_param', 'rand_skip')},
+    'shuffle_images': {'images': ('image_data_param', 'shuffle')},
+    'new_height': {'images': ('image_data_param', 'new_height')},
+    'new_width': {'images': ('image_data_param', 'new_width')},
+    'concat_dim': {'concat': ('concat_param', 'concat_dim')},
+    'det_fg_threshold': {'window_data': ('window_data_param', 'fg_threshold')},
+    'det_bg_threshold': {'window_data': ('window_data_param', 'bg_threshold')},
+    'det_fg_fraction': {'window_data': ('window_data_param', 'fg_fraction')},
+    'det_context_pad': {'window_data': ('window_data_param', 'context_pad')},
+    'det_crop_mode': {'window_data': ('window_data_param', 'crop_mode')},
+    'hdf5_output_param': {'hdf5_output': ('hdf5_output_param', None)},
 }
 _V0_TRANSFORM = {'scale': 'scale', 'meanfile': 'mean_file', 'cropsize': 'crop_size',
                  'mirror': 'mirror'}
@@ -150,14 +150,14 @@ def _upgrade_v0_layer(conn, where):
         if t not in targets:
             raise NetError('%s: V0 layer "%s" of type "%s" has parameter "%s", which that type '
                            'does not take' % (where, v0.name, t, field))
-        param_name, sub, repeated = targets[t]
+        param_name, sub = targets[t]
         value = getattr(v0, field)
         param = getattr(v1, param_name)
         if sub is None:
             param.CopyFrom(value)
         elif field in ('weight_filler', 'bias_filler'):
             getattr(param, sub).CopyFrom(value)
-        elif repeated:
+        elif hasattr(getattr(param, sub), 'append'):  # repeated in ConvolutionParameter
             getattr(param, sub).append(value)
         else:
             setattr(param, sub, value)
