@@ -87,47 +87,69 @@ class BaseConvolutionLayer(Layer):
         self.col_hw = self.in_hw if self.reverse_dimensions else self.out_hw
         self.im_hw = self.out_hw if self.reverse_dimensions else self.in_hw
 
-    def _col_buffer(self):
-        k = self.conv_in_channels * self.kernel[0] * self.kernel[1]
-        p = self.col_hw[0] * self.col_hw[1]
-        size = self.num * k * p
-        if self._col.size < size:
-            self._col = np.empty(size, np.float32)
-        return self._col[:size].reshape(self.num, k, p)
+    def _chunks(self):
+        """Image ranges processed together: a column buffer of ~4 MB stays in cache."""
+        per_image = self.conv_in_channels * self.kernel[0] * self.kernel[1] * self.col_hw[0] * self.col_hw[1]
+        step = max(1, min(self.num, (1 << 20) // max(per_image, 1)))
+        return [(lo, min(lo + step, self.num)) for lo in range(0, self.num, step)]
 
     def _im2col(self, im):
-        """im (N, C_in, H, W) -> col (N, C_in*kh*kw, out_h*out_w), a view if 1x1."""
+        """im (n, C_in, H, W) -> col (C_in*kh*kw, n*P)."""
+        n = im.shape[0]
+        k = self.conv_in_channels * self.kernel[0] * self.kernel[1]
+        p = self.col_hw[0] * self.col_hw[1]
         if self.is_1x1:
-            return im.reshape(im.shape[0], im.shape[1], -1)
-        col = self._col_buffer()
+            return im.reshape(n, k, p).transpose(1, 0, 2).reshape(k, n * p)
+        size = k * n * p
+        if self._col.size < size:
+            self._col = np.empty(size, np.float32)
+        col = self._col[:size].reshape(k, n * p)
         im2col(im, self.kernel[0], self.kernel[1], self.pad[0], self.pad[1], self.stride[0],
                self.stride[1], self.dilation[0], self.dilation[1], self.col_hw[0], self.col_hw[1], col)
         return col
 
     def _col2im(self, col, im):
+        """col (C_in*kh*kw, n*P) -> im (n, C_in, H, W), overwritten."""
         if self.is_1x1:
-            im.reshape(col.shape)[...] = col
+            n = im.shape[0]
+            im.reshape(n, im.shape[1], -1)[...] = col.reshape(col.shape[0], n, -1).transpose(1, 0, 2)
             return
         col2im(col, self.kernel[0], self.kernel[1], self.pad[0], self.pad[1], self.stride[0],
                self.stride[1], self.dilation[0], self.dilation[1], self.col_hw[0], self.col_hw[1], im)
 
-    def _grouped(self, w, a):
-        """Per group g: W_g (O_g, K_g) @ a_g (N, K_g, P) -> (N, O, P)."""
+    def _gemm(self, w, a, transpose_w=False):
+        """Per group g: W_g (O_g, K_g) @ a_g (K_g, M) -> (O, M) (or W_g.T @ a_g)."""
         g = self.group
         if g == 1:
-            return np.matmul(w, a)
-        o, k = w.shape[0] // g, a.shape[1] // g
-        return np.concatenate([np.matmul(w[i * o:(i + 1) * o], a[:, i * k:(i + 1) * k])
-                               for i in range(g)], axis=1)
+            return (w.T if transpose_w else w) @ a
+        o, k = w.shape[0] // g, w.shape[1]
+        parts = []
+        for i in range(g):
+            wg = w[i * o:(i + 1) * o]
+            if transpose_w:
+                parts.append(wg.T @ a[i * o:(i + 1) * o])
+            else:
+                parts.append(wg @ a[i * k:(i + 1) * k])
+        return np.concatenate(parts, axis=0)
 
     def _weight_grad(self, dout, col, wdiff):
-        """wdiff (O, K) += sum_n dout[n] (N, O, P) @ col[n].T, per group."""
+        """wdiff (O, K) += dout (O, M) @ col (K, M).T, per group."""
         g = self.group
-        o, k = dout.shape[1] // g, col.shape[1] // g
+        o, k = dout.shape[0] // g, col.shape[0] // g
         for i in range(g):
-            d = dout[:, i * o:(i + 1) * o]
-            c = col[:, i * k:(i + 1) * k]
-            wdiff[i * o:(i + 1) * o] += np.tensordot(d, c, axes=([0, 2], [0, 2]))
+            wdiff[i * o:(i + 1) * o] += dout[i * o:(i + 1) * o] @ col[i * k:(i + 1) * k].T
+
+
+def to_channel_major(a):
+    """(n, C, P) -> (C, n*P) copy."""
+    n, c, p = a.shape
+    return a.transpose(1, 0, 2).reshape(c, n * p)
+
+
+def from_channel_major(m, out):
+    """(C, n*P) -> out (n, C, P)."""
+    n, c, p = out.shape
+    out[...] = m.reshape(c, n, p).transpose(1, 0, 2)
 
 
 @LAYERS.register('Convolution', v1_name='CONVOLUTION')
@@ -138,9 +160,9 @@ class ConvolutionLayer(BaseConvolutionLayer):
         w = self.blobs[0].data.reshape(self.num_output, -1)
         for b, t in zip(bottom, top):
             x = b.data.reshape((self.num, self.channels) + self.in_hw)
-            col = self._im2col(x)
             y = t.data.reshape(self.num, self.num_output, -1)
-            y[...] = self._grouped(w, col)
+            for lo, hi in self._chunks():
+                from_channel_major(self._gemm(w, self._im2col(x[lo:hi])), y[lo:hi])
             if self.bias_term:
                 y += self.blobs[1].data.reshape(1, -1, 1)
 
@@ -151,18 +173,11 @@ class ConvolutionLayer(BaseConvolutionLayer):
             dy = t.diff.reshape(self.num, self.num_output, -1)
             if self.bias_term and self.param_propagate_down[1]:
                 self.blobs[1].diff[...] += dy.sum(axis=(0, 2))
-            if self.param_propagate_down[0]:
-                x = b.data.reshape((self.num, self.channels) + self.in_hw)
-                self._weight_grad(dy, self._im2col(x), wdiff)
-            if down:
-                dcol = self._grouped_t(w, dy)
-                self._col2im(dcol, b.diff.reshape((self.num, self.channels) + self.in_hw))
-
-    def _grouped_t(self, w, dy):
-        """Per group g: W_g.T (K_g, O_g) @ dy_g (N, O_g, P) -> (N, K, P)."""
-        g = self.group
-        o = w.shape[0] // g
-        if g == 1:
-            return np.matmul(w.T, dy)
-        return np.concatenate([np.matmul(w[i * o:(i + 1) * o].T, dy[:, i * o:(i + 1) * o])
-                               for i in range(g)], axis=1)
+            x = b.data.reshape((self.num, self.channels) + self.in_hw)
+            dx = b.diff.reshape((self.num, self.channels) + self.in_hw)
+            for lo, hi in self._chunks():
+                dyt = to_channel_major(dy[lo:hi])
+                if self.param_propagate_down[0]:
+                    self._weight_grad(dyt, self._im2col(x[lo:hi]), wdiff)
+                if down:
+                    self._col2im(self._gemm(w, dyt, transpose_w=True), dx[lo:hi])
