@@ -578,6 +578,11 @@ class Net:
         from .proto.io import write_binary
         write_binary(path, self.to_proto())
 
+    def save_hdf5(self, path):
+        """Write the weights as a Caffe HDF5 model (needs h5py)."""
+        from .hdf5 import save_hdf5
+        save_hdf5(self, path)
+
     # -- debug info --------------------------------------------------------------------------
     def _forward_debug_info(self, i):
         for bid in self.top_ids[i]:

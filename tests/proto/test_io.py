@@ -98,3 +98,16 @@ def test_truncated_or_foreign_caffemodel(tmp_path):
     foreign.write_bytes(b'\x89PNG\r\n\x1a\n' + os.urandom(64))
     with pytest.raises(WeightsError):
         net.copy_from(str(foreign))
+
+
+def test_hdf5_weights_round_trip(tmp_path):
+    pytest.importorskip('h5py')
+    d = shared_path('golden', 'formats')
+    net = caffe.Net(os.path.join(d, 'solverstate_net.prototxt'), os.path.join(d, 'sgd_iter_5.caffemodel'),
+                    caffe.TEST)
+    path = str(tmp_path / 'w.caffemodel.h5')
+    net.save_hdf5(path)
+    other = caffe.Net(os.path.join(d, 'solverstate_net.prototxt'), path, caffe.TEST)
+    for name in ('ip1', 'ip2'):
+        for a, b in zip(net.params[name], other.params[name]):
+            assert np.array_equal(a.data, b.data)
