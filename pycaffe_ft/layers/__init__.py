@@ -1,5 +1,6 @@
 """Layer implementations; importing this package registers every layer type."""
-from . import accuracy, convolution, inner_product, input, neuron, pooling, routing, softmax  # noqa: F401
+from . import (accuracy, arith, convolution, inner_product, input, neuron,  # noqa: F401
+               pooling, routing, softmax)
 from .base import Layer, LossLayer, NeuronLayer
 
 __all__ = ['Layer', 'LossLayer', 'NeuronLayer']
