@@ -181,3 +181,79 @@ class ConvolutionLayer(BaseConvolutionLayer):
                     self._weight_grad(dyt, self._im2col(x[lo:hi]), wdiff)
                 if down:
                     self._col2im(self._gemm(w, dyt, transpose_w=True), dx[lo:hi])
+
+
+@LAYERS.register('Deconvolution', v1_name='DECONVOLUTION')
+class DeconvolutionLayer(BaseConvolutionLayer):
+    """The transpose of Convolution: out = stride*(in-1) + dilation*(k-1) + 1 - 2*pad;
+    weights (C_in, num_output/group, kh, kw)."""
+    type = 'Deconvolution'
+    reverse_dimensions = True
+
+    def output_shape(self, in_h, in_w):
+        return tuple(s * (size - 1) + d * (k - 1) + 1 - 2 * p for size, k, s, p, d in
+                     zip((in_h, in_w), self.kernel, self.stride, self.pad, self.dilation))
+
+    def forward(self, bottom, top):
+        w = self.blobs[0].data.reshape(self.channels, -1)
+        for b, t in zip(bottom, top):
+            x = b.data.reshape(self.num, self.channels, -1)
+            y = t.data.reshape((self.num, self.num_output) + self.out_hw)
+            for lo, hi in self._chunks():
+                self._col2im(self._gemm(w, to_channel_major(x[lo:hi]), transpose_w=True), y[lo:hi])
+            if self.bias_term:
+                y += self.blobs[1].data.reshape(1, -1, 1, 1)
+
+    def backward(self, top, propagate_down, bottom):
+        w = self.blobs[0].data.reshape(self.channels, -1)
+        wdiff = self.blobs[0].diff.reshape(self.channels, -1)
+        for b, t, down in zip(bottom, top, propagate_down):
+            dy = t.diff.reshape((self.num, self.num_output) + self.out_hw)
+            if self.bias_term and self.param_propagate_down[1]:
+                self.blobs[1].diff[...] += dy.sum(axis=(0, 2, 3))
+            x = b.data.reshape(self.num, self.channels, -1)
+            dx = b.diff.reshape(self.num, self.channels, -1)
+            for lo, hi in self._chunks():
+                dcol = self._im2col(dy[lo:hi])
+                if self.param_propagate_down[0]:
+                    self._weight_grad(to_channel_major(x[lo:hi]), dcol, wdiff)
+                if down:
+                    from_channel_major(self._gemm(w, dcol), dx[lo:hi])
+
+
+@LAYERS.register('Im2col', v1_name='IM2COL')
+class Im2colLayer(BaseConvolutionLayer):
+    """Top (N, C*kh*kw, out_h, out_w): the convolution's column buffer, per image."""
+    type = 'Im2col'
+    exact_num_bottom = 1
+    exact_num_top = 1
+
+    def layer_setup(self, bottom, top):
+        p = self.layer_param.convolution_param
+        self.channel_axis = bottom[0].canonical_axis(p.axis)
+        if bottom[0].num_axes - self.channel_axis - 1 != 2:
+            raise self.error('only 2-D im2col is supported (bottom shape %s)' % (list(bottom[0].shape),))
+        self.kernel = spatial_param(self, p, 'kernel_size', None)
+        self.stride = spatial_param(self, p, 'stride', 1)
+        self.pad = spatial_param(self, p, 'pad', 0, allow_zero=True)
+        dil = list(p.dilation)
+        self.dilation = (tuple(dil) * 2)[:2] if len(dil) == 1 else (tuple(dil) if dil else (1, 1))
+        self.is_1x1 = False
+        self.channels = self.conv_in_channels = bottom[0].shape[self.channel_axis]
+        self.num_output = self.channels * self.kernel[0] * self.kernel[1]
+        self.group = 1
+        self._col = np.zeros(0, np.float32)
+
+    def forward(self, bottom, top):
+        x = bottom[0].data.reshape((self.num, self.channels) + self.in_hw)
+        y = top[0].data.reshape(self.num, self.num_output, -1)
+        for lo, hi in self._chunks():
+            from_channel_major(self._im2col(x[lo:hi]), y[lo:hi])
+
+    def backward(self, top, propagate_down, bottom):
+        if not propagate_down[0]:
+            return
+        dy = top[0].diff.reshape(self.num, self.num_output, -1)
+        dx = bottom[0].diff.reshape((self.num, self.channels) + self.in_hw)
+        for lo, hi in self._chunks():
+            self._col2im(to_channel_major(dy[lo:hi]), dx[lo:hi])

@@ -17,7 +17,7 @@ def spatial_param(layer, param, name, default, allow_zero=False):
         if values:
             raise layer.error('either %s or %s/%s should be specified, not both'
                               % (name, h_field, w_field))
-        if not (param.HasField(h_field) and param.HasField(w_field)):
+        if name == 'kernel_size' and not (param.HasField(h_field) and param.HasField(w_field)):
             raise layer.error('both %s and %s are required' % (h_field, w_field))
         hw = (getattr(param, h_field), getattr(param, w_field))
     elif not values:

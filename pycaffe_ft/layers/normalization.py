@@ -1,0 +1,249 @@
+"""BatchNorm, Scale, Bias and MVN, with Caffe's stored-statistics conventions."""
+import numpy as np
+
+from ..proto import caffe_pb2
+from ..registry import LAYERS
+from .base import Layer
+
+__all__ = ['BatchNormLayer', 'ScaleLayer', 'BiasLayer', 'MVNLayer']
+
+
+@LAYERS.register('BatchNorm')
+class BatchNormLayer(Layer):
+    """Normalise per channel (axis 1) with batch statistics (TRAIN) or the stored ones.
+
+    Blobs: un-normalised mean and variance accumulators and their scale factor:
+    mean = blob0 / blob2, var = blob1 / blob2 (0 if blob2 == 0). With batch statistics each
+    forward does blob2 = blob2 * maf + 1, blob0 = blob0 * maf + mean, blob1 = blob1 * maf +
+    m/(m-1) * var. No affine part (Caffe uses a Scale layer), never writes param diffs.
+    """
+    type = 'BatchNorm'
+    exact_num_bottom = 1
+    exact_num_top = 1
+
+    def layer_setup(self, bottom, top):
+        p = self.layer_param.batch_norm_param
+        self.use_global_stats = p.use_global_stats if p.HasField('use_global_stats') \
+            else self.phase == caffe_pb2.TEST
+        self.maf = np.float32(p.moving_average_fraction)
+        self.eps = np.float32(p.eps)
+        self.channels = bottom[0].shape[1] if bottom[0].num_axes > 1 else 1
+        self.init_params([(self.channels,), (self.channels,), (1,)], [None, None, None])
+        for i in range(len(self.blobs)):
+            if i == len(self.layer_param.param):
+                self.layer_param.param.add(lr_mult=0.0)
+            elif self.layer_param.param[i].lr_mult != 0:
+                raise self.error('cannot configure batch normalization statistics as layer '
+                                 'parameters (lr_mult must be 0)')
+        self.stats_hook = None  # parallel trainers combine the statistics of virtual workers
+
+    def reshape(self, bottom, top):
+        if bottom[0].num_axes > 1 and bottom[0].shape[1] != self.channels:
+            raise self.error('bottom has %d channels, the layer was set up for %d'
+                             % (bottom[0].shape[1], self.channels))
+        if top[0] is not bottom[0]:
+            top[0].reshape(bottom[0].shape)
+
+    def _view(self, a):
+        n = a.shape[0]
+        return a.reshape(n, self.channels, -1)
+
+    def forward(self, bottom, top):
+        x = self._view(bottom[0].data)
+        if self.use_global_stats:
+            factor = self.blobs[2].data[0]
+            factor = 0.0 if factor == 0 else 1.0 / factor
+            mean = self.blobs[0].data * np.float32(factor)
+            var = self.blobs[1].data * np.float32(factor)
+        else:
+            x64 = x.astype(np.float64)
+            mean = x64.mean(axis=(0, 2))
+            var = ((x64 - mean[None, :, None]) ** 2).mean(axis=(0, 2))
+            m = x.shape[0] * x.shape[2]
+            correction = m / (m - 1.0) if m > 1 else 1.0
+            if self.stats_hook is not None:
+                self.stats_hook(self, mean, var * correction)
+            else:
+                self.blobs[2].data[0] = self.blobs[2].data[0] * self.maf + 1
+                self.blobs[0].data[...] = self.blobs[0].data * self.maf + mean.astype(np.float32)
+                self.blobs[1].data[...] = self.blobs[1].data * self.maf + (var * correction).astype(np.float32)
+        self.inv_std = (1.0 / np.sqrt(np.asarray(var, np.float64) + self.eps)).astype(np.float32)
+        y = self._view(top[0].data)
+        y[...] = (x - np.asarray(mean, np.float32)[None, :, None]) * self.inv_std[None, :, None]
+        if not self.use_global_stats:
+            self.x_norm = np.array(y, copy=True)
+
+    def backward(self, top, propagate_down, bottom):
+        if not propagate_down[0]:
+            return
+        dy = self._view(top[0].diff)
+        dx = self._view(bottom[0].diff)
+        if self.use_global_stats:
+            dx[...] = dy * self.inv_std[None, :, None]
+            return
+        y = self.x_norm
+        dy64 = dy.astype(np.float64)
+        mean_dy = dy64.mean(axis=(0, 2))[None, :, None]
+        mean_dy_y = (dy64 * y).mean(axis=(0, 2))[None, :, None]
+        dx[...] = (dy64 - mean_dy - mean_dy_y * y) * self.inv_std[None, :, None]
+
+
+def _scale_geometry(layer, bottom, param_shape_from):
+    """(outer, dim, inner, param shape) for Scale/Bias with axis/num_axes or a second bottom."""
+    x = bottom[0]
+    if param_shape_from is not None:
+        shape = tuple(param_shape_from.shape)
+        axis = x.canonical_axis(layer.axis_param) if x.num_axes else 0
+        if tuple(x.shape[axis:axis + len(shape)]) != shape:
+            raise layer.error('the second bottom\'s shape %s must match the first bottom\'s shape '
+                              '%s from axis %d' % (list(shape), list(x.shape), axis))
+    else:
+        axis = x.canonical_axis(layer.axis_param) if x.num_axes else 0
+        n = layer.num_axes_param
+        if n < -1:
+            raise layer.error('num_axes must be non-negative, or -1 for all remaining axes')
+        end = x.num_axes if n == -1 else axis + n
+        if end > x.num_axes:
+            raise layer.error('axis %d + num_axes %d exceed the bottom\'s %d axes' % (axis, n, x.num_axes))
+        shape = tuple(x.shape[axis:end])
+    outer = x.count_range(0, axis)
+    dim = int(np.prod(shape, dtype=np.int64))
+    inner = x.count_range(axis + len(shape))
+    return outer, dim, inner, shape
+
+
+@LAYERS.register('Scale')
+class ScaleLayer(Layer):
+    """y = x * scale (+ bias), scale broadcast from ``axis`` over ``num_axes`` axes; the scale is
+    a learned blob, or bottom 1."""
+    type = 'Scale'
+    min_num_bottom = 1
+    max_num_bottom = 2
+    exact_num_top = 1
+
+    def layer_setup(self, bottom, top):
+        p = self.layer_param.scale_param
+        self.axis_param, self.num_axes_param = p.axis, p.num_axes
+        self.learned_scale = len(bottom) == 1
+        shapes, fillers = [], []
+        if self.learned_scale:
+            shape = _scale_geometry(self, bottom, None)[3]
+            shapes.append(shape)
+            fillers.append(p.filler if p.HasField('filler') else caffe_pb2.FillerParameter(type='constant', value=1))
+        if p.bias_term:
+            shape = _scale_geometry(self, bottom, None if self.learned_scale else bottom[1])[3]
+            shapes.append(shape)
+            fillers.append(p.bias_filler)
+        self.init_params(shapes, fillers)
+        self.bias_index = len(shapes) - 1 if p.bias_term else None
+
+    def reshape(self, bottom, top):
+        self.outer, self.dim, self.inner, _ = _scale_geometry(
+            self, bottom, None if self.learned_scale else bottom[1])
+        if top[0] is not bottom[0]:
+            top[0].reshape(bottom[0].shape)
+
+    def _scale(self, bottom):
+        s = self.blobs[0].data if self.learned_scale else bottom[1].data
+        return s.reshape(1, self.dim, 1)
+
+    def forward(self, bottom, top):
+        x = bottom[0].data.reshape(self.outer, self.dim, self.inner)
+        if top[0] is bottom[0]:
+            self._x = np.array(x, copy=True)
+        y = top[0].data.reshape(self.outer, self.dim, self.inner)
+        y[...] = x * self._scale(bottom)
+        if self.bias_index is not None:
+            y += self.blobs[self.bias_index].data.reshape(1, self.dim, 1)
+
+    def backward(self, top, propagate_down, bottom):
+        dy = top[0].diff.reshape(self.outer, self.dim, self.inner)
+        if self.bias_index is not None and self.param_propagate_down[self.bias_index]:
+            self.blobs[self.bias_index].diff.reshape(-1)[...] += dy.sum(axis=(0, 2), dtype=np.float64)
+        need_scale = self.param_propagate_down[0] if self.learned_scale else propagate_down[1]
+        if need_scale:
+            x = self._x if top[0] is bottom[0] else bottom[0].data.reshape(self.outer, self.dim, self.inner)
+            g = (dy.astype(np.float64) * x).sum(axis=(0, 2))
+            if self.learned_scale:
+                self.blobs[0].diff.reshape(-1)[...] += g
+            else:
+                bottom[1].diff.reshape(-1)[...] = g
+        if propagate_down[0]:
+            bottom[0].diff.reshape(self.outer, self.dim, self.inner)[...] = dy * self._scale(bottom)
+
+
+@LAYERS.register('Bias')
+class BiasLayer(Layer):
+    """y = x + bias, broadcast from ``axis`` over ``num_axes``; a learned blob or bottom 1."""
+    type = 'Bias'
+    min_num_bottom = 1
+    max_num_bottom = 2
+    exact_num_top = 1
+
+    def layer_setup(self, bottom, top):
+        p = self.layer_param.bias_param
+        self.axis_param, self.num_axes_param = p.axis, p.num_axes
+        self.learned = len(bottom) == 1
+        if self.learned:
+            self.init_params([_scale_geometry(self, bottom, None)[3]], [p.filler])
+
+    def reshape(self, bottom, top):
+        self.outer, self.dim, self.inner, _ = _scale_geometry(self, bottom, None if self.learned else bottom[1])
+        if top[0] is not bottom[0]:
+            top[0].reshape(bottom[0].shape)
+
+    def forward(self, bottom, top):
+        b = (self.blobs[0].data if self.learned else bottom[1].data).reshape(1, self.dim, 1)
+        top[0].data.reshape(self.outer, self.dim, self.inner)[...] = \
+            bottom[0].data.reshape(self.outer, self.dim, self.inner) + b
+
+    def backward(self, top, propagate_down, bottom):
+        dy = top[0].diff.reshape(self.outer, self.dim, self.inner)
+        if propagate_down[0] and top[0] is not bottom[0]:
+            bottom[0].diff[...] = top[0].diff
+        g = None
+        if self.learned and self.param_propagate_down[0]:
+            g = dy.sum(axis=(0, 2), dtype=np.float64)
+            self.blobs[0].diff.reshape(-1)[...] += g
+        elif not self.learned and propagate_down[1]:
+            bottom[1].diff.reshape(-1)[...] = dy.sum(axis=(0, 2), dtype=np.float64)
+
+
+@LAYERS.register('MVN', v1_name='MVN')
+class MVNLayer(Layer):
+    """Subtract the mean (and divide by std + eps) per item and channel, or per item."""
+    type = 'MVN'
+    exact_num_bottom = 1
+    exact_num_top = 1
+
+    def reshape(self, bottom, top):
+        p = self.layer_param.mvn_param
+        shape = bottom[0].shape
+        self.rows = shape[0] if p.across_channels else shape[0] * (shape[1] if len(shape) > 1 else 1)
+        if top[0] is not bottom[0]:
+            top[0].reshape(shape)
+
+    def forward(self, bottom, top):
+        p = self.layer_param.mvn_param
+        x = bottom[0].data.reshape(self.rows, -1).astype(np.float64)
+        mean = x.mean(axis=1, keepdims=True)
+        y = x - mean
+        if p.normalize_variance:
+            var = (x * x).mean(axis=1, keepdims=True) - mean * mean
+            self.denom = np.sqrt(np.maximum(var, 0)) + p.eps
+            y = y / self.denom
+        top[0].data.reshape(self.rows, -1)[...] = y
+
+    def backward(self, top, propagate_down, bottom):
+        if not propagate_down[0]:
+            return
+        p = self.layer_param.mvn_param
+        dy = top[0].diff.reshape(self.rows, -1).astype(np.float64)
+        if p.normalize_variance:
+            y = top[0].data.reshape(self.rows, -1).astype(np.float64)
+            dim = dy.shape[1]
+            g = y * (y * dy).sum(axis=1, keepdims=True) + dy.sum(axis=1, keepdims=True)
+            g = (dy - g / dim) / self.denom
+        else:
+            g = dy - dy.mean(axis=1, keepdims=True)
+        bottom[0].diff.reshape(self.rows, -1)[...] = g
