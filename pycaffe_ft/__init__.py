@@ -8,6 +8,7 @@ from . import layers as _layers  # noqa: F401  (registers the layer types)
 from .blob import Blob
 from .errors import CaffeError
 from .log import warn_once as _warn_once
+from .layers.python_layer import UserLayer as Layer
 from .net import Net
 from .proto import caffe_pb2
 from .random import set_random_seed
@@ -18,7 +19,7 @@ __version__ = '0.1.0'
 TRAIN = caffe_pb2.TRAIN
 TEST = caffe_pb2.TEST
 
-__all__ = ['Net', 'Blob', 'TRAIN', 'TEST', 'CaffeError', 'set_mode_cpu', 'set_mode_gpu',
+__all__ = ['Net', 'Layer', 'Blob', 'TRAIN', 'TEST', 'CaffeError', 'set_mode_cpu', 'set_mode_gpu',
            'set_device', 'set_random_seed', 'layer_type_list', 'caffe_pb2', '__version__']
 
 

@@ -157,31 +157,26 @@ class Net:
                 available.discard(name)
                 need_backward |= blob_need_backward[bid]
             tops, top_ids = [], []
-            n_top = len(lp.top)
-            wanted = layer.exact_num_top or layer.min_num_top or 0
-            if layer.auto_top_blobs and n_top < wanted:
-                for k in range(n_top, wanted):
-                    lp.top.append('(automatic)' if k == 0 else '(automatic %d)' % k)
-                    layer_param.top.append(lp.top[-1])
             for j, name in enumerate(lp.top):
                 if j < len(lp.bottom) and name == lp.bottom[j]:
                     bid = name_to_id[name]
-                elif name in name_to_id and not name.startswith('(automatic'):
+                elif name in name_to_id:
                     raise NetError('%s: layer "%s": top blob "%s" produced by multiple sources'
                                    % (where, lp.name, name))
                 else:
-                    bid = len(self._blob_list)
-                    blob = Blob()
-                    self._blob_list.append(blob)
-                    self._blob_names.append(name)
+                    bid = self._new_blob(name, blob_need_backward)
                     name_to_id[name] = bid
-                    blob_need_backward.append(False)
-                    self.blobs[name] = blob
                 tops.append(self._blob_list[bid])
                 top_ids.append(bid)
                 available.add(name)
                 if lp.type == 'Input':
                     self.input_ids.append(bid)
+            wanted = max(layer.exact_num_top or 0, layer.min_num_top or 0)
+            while layer.auto_top_blobs and len(tops) < wanted:
+                # anonymous tops (e.g. a loss layer's without a top): not usable as bottoms
+                bid = self._new_blob('(automatic)', blob_need_backward)
+                tops.append(self._blob_list[bid])
+                top_ids.append(bid)
             for bid in top_ids:
                 self._producer[bid] = lp.name
             self.bottom_vecs.append(bottoms)
@@ -218,6 +213,15 @@ class Net:
             for j, bid in enumerate(top_ids):
                 if layer.loss(j):
                     self.blob_loss_weights[self._blob_names[bid]] = layer.loss(j)
+
+    def _new_blob(self, name, blob_need_backward):
+        bid = len(self._blob_list)
+        blob = Blob()
+        self._blob_list.append(blob)
+        self._blob_names.append(name)
+        blob_need_backward.append(False)
+        self.blobs[name] = blob
+        return bid
 
     def _describe_bottoms(self, layer_id):
         parts = ['"%s" %s from layer "%s"' % (self._blob_names[bid], list(self._blob_list[bid].shape),
@@ -488,6 +492,14 @@ class Net:
             for name, value in outs.items():
                 all_outs[name].extend(value.copy())
         return {name: np.asarray(values[:n]) for name, values in all_outs.items()}
+
+    def set_input_arrays(self, data, labels):
+        """Give a MemoryData layer (the first one) the arrays it serves."""
+        for layer in self.layers:
+            if layer.type == 'MemoryData':
+                layer.set_arrays(data, labels)
+                return
+        raise NetError('net "%s" has no MemoryData layer for set_input_arrays' % self.name)
 
     def reshape(self):
         for i, layer in enumerate(self.layers):

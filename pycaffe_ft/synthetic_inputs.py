@@ -3,7 +3,7 @@ shape checking, and building nets whose datasets are not at hand).
 
 Shapes come from, in order: explicit ``overrides`` {top name: shape}; the layer's own
 parameters (MemoryData; crop_size, new_height/new_width); the well-known datasets named in
-the source path (MNIST 1x28x28, CIFAR 3x32x32). Anything else is an error asking for the
+the source path (MNIST 1x28x28, its siamese pairs 2x28x28, CIFAR 3x32x32). Anything else is an error asking for the
 shape, never a guess.
 """
 from .errors import NetError
@@ -16,6 +16,8 @@ DATA_LAYER_TYPES = ('Data', 'ImageData', 'HDF5Data', 'WindowData', 'MemoryData')
 
 def _known_dataset(source):
     s = source.lower()
+    if 'siamese' in s:  # Caffe's siamese example: image pairs stacked as 2 channels
+        return (2, 28, 28)
     if 'mnist' in s:
         return (1, 28, 28)
     if 'cifar' in s:

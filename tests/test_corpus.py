@@ -70,6 +70,46 @@ def test_parse_and_upgrade(row):
         assert any(f.split('.')[-1] in message for f in forks), message
 
 
+def fill_like_golden(net):
+    """Params by ../shared/golden/nets/fill_params.py's rule (scaled so deep nets stay finite,
+    unlike the prototxts' own deploy fillers), inputs U(-1, 1), labels in [0, 2)."""
+    fill = load_fill_module()
+    layers = [{'name': n, 'type': l.type, 'num_bottoms': len(net.bottom_ids[i]),
+               'param_shapes': [list(b.shape) for b in l.blobs], 'shared_with': [None] * len(l.blobs)}
+              for i, (n, l) in enumerate(zip(net._layer_names, net.layers))]
+    for (layer_id, j), owner in zip(net._param_layer_indices, net._param_owners):
+        if owner >= 0:
+            owner_layer, owner_j = net._param_layer_indices[owner]
+            layers[layer_id]['shared_with'][j] = [net._layer_names[owner_layer], owner_j]
+    values = fill.fill_params(layers)
+    for (layer_id, j) in net._param_layer_indices:
+        net.layers[layer_id].blobs[j].data[...] = values[(net._layer_names[layer_id], j)]
+    rng = np.random.default_rng(0)
+    for name in net.inputs:
+        blob = net.blobs[name]
+        blob.data[...] = rng.integers(0, 2, blob.shape) if 'label' in name else rng.uniform(-1, 1, blob.shape)
+
+
+def cap_batch(param, batch=2):
+    """Input shapes with the batch dimension capped (as the golden recorder did): the suite
+    checks shapes and finiteness, not throughput."""
+    for lp in param.layer:
+        if lp.type == 'Input':
+            for shape in lp.input_param.shape:
+                if len(shape.dim):
+                    shape.dim[0] = min(shape.dim[0], batch)
+    return param
+
+
+def load_fill_module():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(
+        'golden_fill_params', shared_path('golden', 'nets', 'fill_params.py'))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def _custom_types(flag):
     """(fork layer types, Python layer module paths) named by a MANIFEST custom_layer_flag."""
     custom, python = [], []
@@ -77,6 +117,20 @@ def _custom_types(flag):
         kind, _, names = part.partition(':')
         (custom if kind == 'CUSTOM' else python).extend(names.split(','))
     return custom, python
+
+
+def _test_stages(param):
+    """Stages to build the TEST net with: none, unless every TEST data layer needs one (Caffe's
+    mnist_autoencoder: "test-on-test"); then the last such stage, as the golden recorder did."""
+    stages = []
+    for lp in param.layer:
+        for rule in lp.include:
+            if rule.phase == caffe.TEST and len(rule.stage):
+                stages.append(rule.stage[0])
+    needs = stages and not any(
+        any(r.phase == caffe.TEST and not len(r.stage) for r in lp.include)
+        for lp in param.layer if lp.type in ('Data', 'ImageData', 'HDF5Data', 'WindowData', 'MemoryData'))
+    return stages[-1:] if needs else []
 
 
 def _bvlc_net_rows():
@@ -105,11 +159,8 @@ def test_build_and_forward(row):
         assert any(n in str(info.value) for n in names), str(info.value)
         return
     net_param, _ = replace_data_layers(param, HDF5_SHAPES if 'HDF5Data' in types else None)
-    net = caffe.Net(net_param, caffe.TEST)
-    rng = np.random.default_rng(0)
-    for name in net.inputs:
-        blob = net.blobs[name]
-        blob.data[...] = rng.integers(0, 2, blob.shape) if 'label' in name else rng.standard_normal(blob.shape)
+    net = caffe.Net(cap_batch(net_param), caffe.TEST, stages=_test_stages(param))
+    fill_like_golden(net)
     net.forward()
     for name, blob in net.blobs.items():
         assert np.all(np.isfinite(blob.data)), name

@@ -62,8 +62,9 @@ def _check_stats(ours, ref, what, rel, softmax=False):
     return problems
 
 
-def _check_stats_loose(ours, ref, what):
-    """Deep nets' backward: mean/std within 5e-2 std; 85% of samples within 1e-3 std, all 0.3."""
+def _check_stats_loose(ours, ref, what, errors_out):
+    """Deep nets' backward (README): mean/std within 5e-2 std per blob; the sampled values of
+    the whole net within 1e-3 std for >= 85% of them (collected in ``errors_out``), all 0.3."""
     ours = np.asarray(ours, np.float64).ravel()
     std = ref['std'] if ref['std'] else abs(ref['mean']) or 1e-30
     problems = []
@@ -73,9 +74,9 @@ def _check_stats_loose(ours, ref, what):
     sampled = list(ours[:16]) + [ours[(k * count) // 16] for k in range(16)] if count >= 16 else list(ours)
     ref_sampled = ref['first16'] + ref['strided16'] if count >= 16 else ref['first16']
     errors = np.abs(np.asarray(sampled) - np.asarray(ref_sampled)) / std
-    if errors.size and (np.mean(errors <= 1e-3) < 0.85 or errors.max() > 0.3):
-        problems.append('%s sampled values: %.0f%% within 1e-3 std, max %.3g std'
-                        % (what, 100 * np.mean(errors <= 1e-3), errors.max()))
+    errors_out.extend(errors.tolist())
+    if errors.size and errors.max() > 0.3:
+        problems.append('%s sampled value off by %.3g std' % (what, errors.max()))
     return problems
 
 
@@ -89,19 +90,22 @@ def test_golden_net(net_id):
         pytest.skip('layer types not implemented yet: %s' % ', '.join(missing))
     net = caffe.Net(os.path.join(d, 'net.prototxt'), caffe.TEST, stages=meta.get('stages') or ())
     # structure
-    ours = [(n, l.type, net.bottom_names[n], net.top_names[n]) for n, l in zip(net._layer_names, net.layers)]
+    names = lambda ids: [net._blob_names[i] for i in ids]  # noqa: E731 (layer names may repeat)
+    ours = [(n, l.type, names(b), names(t)) for n, l, b, t in
+            zip(net._layer_names, net.layers, net.bottom_ids, net.top_ids)]
     theirs = [(l['name'], l['type'], l['bottoms'], l['tops']) for l in shapes['layers']]
     assert ours == theirs
-    for l in shapes['layers']:
-        got = [list(b.shape) for b in net.layer_dict[l['name']].blobs]
-        assert got == l['param_shapes'], l['name']
+    for layer, l in zip(net.layers, shapes['layers']):
+        assert [list(b.shape) for b in layer.blobs] == l['param_shapes'], l['name']
     assert [(n, list(b.shape)) for n, b in net.blobs.items()] == \
         [(b['name'], b['shape']) for b in shapes['blobs']]
     assert net.inputs == shapes['inputs'] and net.outputs == shapes['outputs']
     # fill exactly as recorded
     fill = _fill_module()
     values = fill.fill_params(shapes['layers'])
-    by_name = net.layer_dict
+    by_name = {}
+    for name, layer in zip(net._layer_names, net.layers):
+        by_name.setdefault(name, layer)
     for p in shapes['params']:
         arr = values[(p['layer'], p['index'])]
         assert hashlib.sha256(arr.tobytes()).hexdigest() == p['fill_sha256']
@@ -124,10 +128,16 @@ def test_golden_net(net_id):
     for start, end in bwd['segments']:
         net.backward_from_to(start, end)
     small = 'BatchNorm' not in types and len(shapes['layers']) <= 30
-    check = (lambda a, r, w: _check_stats(a, r, w, 1e-4)) if small else _check_stats_loose
+    errors = []
+    check = (lambda a, r, w: _check_stats(a, r, w, 1e-4)) if small else \
+        (lambda a, r, w: _check_stats_loose(a, r, w, errors))
     for p, ref in zip(shapes['params'], bwd['param_diffs']):
         problems += check(by_name[p['layer']].blobs[p['index']].diff, ref,
                           'param diff %s/%d' % (p['layer'], p['index']))
     for name, ref in bwd['blob_diffs'].items():
         problems += check(net.blobs[name].diff, ref, 'diff %s' % name)
+    if errors:
+        share = np.mean(np.asarray(errors) <= 1e-3)
+        if share < 0.85:
+            problems.append('only %.0f%% of sampled diff values within 1e-3 std' % (100 * share))
     assert not problems, '\n'.join(problems[:20])

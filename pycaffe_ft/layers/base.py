@@ -154,8 +154,10 @@ class Layer:
 
 
 class LossLayer(Layer):
-    """Loss layers: two bottoms (prediction, target) by default; top 0 gets loss_weight 1."""
+    """Loss layers: two bottoms (prediction, target) by default; top 0 gets loss_weight 1; a
+    missing top is created anonymously."""
     is_loss = True
+    auto_top_blobs = True
     exact_num_bottom = 2
     exact_num_top = 1
 

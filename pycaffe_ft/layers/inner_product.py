@@ -58,3 +58,50 @@ class InnerProductLayer(Layer):
         if propagate_down[0]:
             w = self.blobs[0].data
             np.matmul(dy, w.T if self.transpose else w, out=bottom[0].diff.reshape(self.m, self.k))
+
+
+@LAYERS.register('Embed')
+class EmbedLayer(Layer):
+    """Rows of a learned (input_dim, num_output) table indexed by the bottom's integers."""
+    type = 'Embed'
+    exact_num_bottom = 1
+    exact_num_top = 1
+
+    def allow_force_backward(self, bottom_index):
+        return False
+
+    def layer_setup(self, bottom, top):
+        p = self.layer_param.embed_param
+        if p.num_output <= 0 or p.input_dim <= 0:
+            raise self.error('num_output and input_dim must be positive')
+        self.num_output, self.input_dim, self.bias_term = p.num_output, p.input_dim, p.bias_term
+        shapes, fillers = [(p.input_dim, p.num_output)], [p.weight_filler]
+        if self.bias_term:
+            shapes.append((p.num_output,))
+            fillers.append(p.bias_filler)
+        self.init_params(shapes, fillers)
+
+    def reshape(self, bottom, top):
+        top[0].reshape(bottom[0].shape + (self.num_output,))
+
+    def _indices(self, bottom):
+        idx = bottom[0].data.reshape(-1)
+        index = idx.astype(np.int64)
+        if np.any(index != idx) or (index.size and (index.min() < 0 or index.max() >= self.input_dim)):
+            raise self.error('indices must be integers in [0, %d)' % self.input_dim)
+        return index
+
+    def forward(self, bottom, top):
+        y = top[0].data.reshape(-1, self.num_output)
+        y[...] = self.blobs[0].data[self._indices(bottom)]
+        if self.bias_term:
+            y += self.blobs[1].data
+
+    def backward(self, top, propagate_down, bottom):
+        if propagate_down[0]:
+            raise self.error('cannot backpropagate to the index input')
+        dy = top[0].diff.reshape(-1, self.num_output)
+        if self.param_propagate_down[0]:
+            np.add.at(self.blobs[0].diff, self._indices(bottom), dy)
+        if self.bias_term and self.param_propagate_down[1]:
+            self.blobs[1].diff[...] += dy.sum(axis=0)
