@@ -20,6 +20,14 @@ def fill(filler_param, array, rng):
     return array
 
 
+def _uniform01(rng, shape):
+    return rng.random(shape, dtype=np.float32)
+
+
+def _normal(rng, shape):
+    return rng.standard_normal(shape, dtype=np.float32)
+
+
 def _fans(array):
     count = array.size
     if array.ndim < 1 or array.shape[0] == 0:
@@ -47,36 +55,35 @@ def _constant(p, array, rng):
 
 @FILLERS.register('uniform')
 def _uniform(p, array, rng):
-    array[...] = rng.uniform(p.min, p.max, array.shape)
+    array[...] = _uniform01(rng, array.shape) * np.float32(p.max - p.min) + np.float32(p.min)
 
 
 @FILLERS.register('gaussian')
 def _gaussian(p, array, rng):
-    array[...] = rng.normal(p.mean, p.std, array.shape)
+    array[...] = _normal(rng, array.shape) * np.float32(p.std) + np.float32(p.mean)
     if p.sparse >= 0:
         if array.ndim < 1 or array.shape[0] == 0:
             raise LayerSetupError('sparse gaussian filler needs a blob with a first axis')
         probability = p.sparse / float(array.shape[0])
-        array *= rng.random(array.shape) < probability
+        array *= _uniform01(rng, array.shape) < probability
 
 
 @FILLERS.register('positive_unitball')
 def _positive_unitball(p, array, rng):
-    array[...] = rng.random(array.shape)
+    array[...] = _uniform01(rng, array.shape)
     rows = array.reshape(array.shape[0] if array.ndim else 1, -1)
     rows /= rows.sum(axis=1, keepdims=True)
 
 
 @FILLERS.register('xavier')
 def _xavier(p, array, rng):
-    scale = np.sqrt(3.0 / _fan(p, array))
-    array[...] = rng.uniform(-scale, scale, array.shape)
+    scale = np.float32(np.sqrt(3.0 / _fan(p, array)))
+    array[...] = (_uniform01(rng, array.shape) * 2 - 1) * scale
 
 
 @FILLERS.register('msra')
 def _msra(p, array, rng):
-    std = np.sqrt(2.0 / _fan(p, array))
-    array[...] = rng.normal(0.0, std, array.shape)
+    array[...] = _normal(rng, array.shape) * np.float32(np.sqrt(2.0 / _fan(p, array)))
 
 
 @FILLERS.register('bilinear')

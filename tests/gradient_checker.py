@@ -31,7 +31,7 @@ def make_layer(prototxt, num_bottom, phase=caffe_pb2.TRAIN):
 
 def make_bottom(spec, rng):
     """Bottom values from a spec: (shape, kind) with kind gaussian | positive | labels:C |
-    away:D (gaussian with |x| >= D) | distinct | uniform:lo:hi."""
+    away:D (gaussian with |x| >= D) | distinct[:offset] | uniform:lo:hi."""
     shape, kind = spec if isinstance(spec, tuple) and len(spec) == 2 and isinstance(spec[1], str) \
         else (spec, 'gaussian')
     if kind == 'gaussian':
@@ -44,16 +44,19 @@ def make_bottom(spec, rng):
         gap = float(kind.split(':')[1])
         x = rng.standard_normal(shape)
         return np.where(x >= 0, x + gap, x - gap)
-    if kind == 'distinct':  # values at least 0.05 apart: no ties or near-ties (max, sort)
+    if kind.startswith('distinct'):  # values 0.05 apart (+ an offset): no ties (max, sort)
         n = int(np.prod(shape))
-        return (rng.permutation(n) * 0.05 - n * 0.025).reshape(shape)
+        offset = float(kind.split(':')[1]) if ':' in kind else 0.0
+        return (rng.permutation(n) * 0.05 - n * 0.025 + offset).reshape(shape)
     if kind.startswith('uniform:'):
         _, lo, hi = kind.split(':')
         return rng.uniform(float(lo), float(hi), shape)
     raise ValueError(kind)
 
 
-def _objective(layer, bottom, top, weights):
+def _objective(layer, bottom, top, weights, before_forward=None):
+    if before_forward:
+        before_forward(layer)
     layer.run_forward(bottom, top)
     total = 0.0
     for t, w in zip(top, weights):
@@ -62,12 +65,17 @@ def _objective(layer, bottom, top, weights):
 
 
 def check_gradient(layer, bottom, top, check_bottom=None, stepsize=1e-2, threshold=1e-3,
-                   kink=0.0, kink_range=-1.0, seed=1701, check_params=True):
+                   kink=0.0, kink_range=-1.0, seed=1701, check_params=True, before_forward=None):
     """Assert analytic == numeric gradients for the bottoms in ``check_bottom`` (default:
-    all) and all param blobs. ``layer`` must be set up already (bottom data filled)."""
+    all) and all param blobs. ``layer`` must be set up already (bottom data filled).
+    ``before_forward(layer)`` runs before every forward (e.g. to fix a random mask)."""
     rng = np.random.default_rng(seed)
     check_bottom = range(len(bottom)) if check_bottom is None else check_bottom
-    layer.run_forward(bottom, top)
+    for b in list(bottom) + list(layer.blobs):
+        b.diff[...] = 0
+    if before_forward:
+        before_forward(layer)
+    layer.run_forward(bottom, top)  # may leave state in bottom diffs (HingeLoss, as in Caffe)
     weights = []
     for i, t in enumerate(top):
         if layer.loss(i):
@@ -76,15 +84,12 @@ def check_gradient(layer, bottom, top, check_bottom=None, stepsize=1e-2, thresho
             weights.append(rng.standard_normal(t.shape).astype(np.float32))
     for t, w in zip(top, weights):
         t.diff[...] = w
-    for b in layer.blobs:
-        b.diff[...] = 0
     propagate = [i in check_bottom for i in range(len(bottom))]
-    for b in bottom:
-        b.diff[...] = 0
     layer.backward(top, propagate, bottom)
     targets = [('bottom %d' % i, bottom[i], bottom[i].diff.copy()) for i in check_bottom]
     if check_params:
-        targets += [('param %d' % i, b, b.diff.copy()) for i, b in enumerate(layer.blobs)]
+        targets += [('param %d' % i, b, b.diff.copy()) for i, b in enumerate(layer.blobs)
+                    if layer.param_propagate_down[i]]
     failures = []
     for what, blob, computed in targets:
         data = blob.data.reshape(-1)
@@ -92,9 +97,9 @@ def check_gradient(layer, bottom, top, check_bottom=None, stepsize=1e-2, thresho
         for j in range(data.size):
             feature = float(data[j])
             data[j] = feature + stepsize
-            plus = _objective(layer, bottom, top, weights)
+            plus = _objective(layer, bottom, top, weights, before_forward)
             data[j] = feature - stepsize
-            minus = _objective(layer, bottom, top, weights)
+            minus = _objective(layer, bottom, top, weights, before_forward)
             data[j] = feature
             estimated = (plus - minus) / (2 * stepsize)
             if kink_range >= 0 and abs(feature - kink) <= kink_range:
@@ -113,8 +118,9 @@ class LayerTestCase:
 
     A subclass sets ``layer_type`` and ``configs``: a list of dicts with ``param`` (the
     LayerParameter text, without bottoms/tops unless needed), ``bottoms`` (specs for
-    :func:`make_bottom`), and optionally ``check_bottom``, ``kink``/``kink_range``,
-    ``phase``, ``stepsize``, ``threshold``. Each config is gradient-checked.
+    :func:`make_bottom`), and optionally ``check_bottom``, ``check_params``,
+    ``kink``/``kink_range``, ``phase``, ``stepsize``, ``threshold``, ``fixed_rng`` (reseed the
+    layer's generator before every forward: Dropout masks). Each config is gradient-checked.
     """
     layer_type = None
     configs = ()
@@ -132,8 +138,10 @@ class LayerTestCase:
                 blob.data[...] = value
             layer.setup(bottom, top)
             for b in layer.blobs:
-                if not np.any(b.data):
+                if not np.any(b.data) and layer.layer_param.type != 'BatchNorm':
                     b.data[...] = rng.standard_normal(b.shape)
+            reseed = (lambda l: setattr(l, 'rng', np.random.default_rng(7))) if cfg.get('fixed_rng') else None
             check_gradient(layer, bottom, top, cfg.get('check_bottom'),
                            stepsize=cfg.get('stepsize', 1e-2), threshold=cfg.get('threshold', 1e-3),
-                           kink=cfg.get('kink', 0.0), kink_range=cfg.get('kink_range', -1.0))
+                           kink=cfg.get('kink', 0.0), kink_range=cfg.get('kink_range', -1.0),
+                           check_params=cfg.get('check_params', True), before_forward=reseed)

@@ -90,3 +90,58 @@ def ave_pool_backward(dy, kh, kw, ph, pw, sh, sw, dx):
                     for yy in range(hstart, hend):
                         for xx in range(wstart, wend):
                             dx[n, c, yy, xx] += g
+
+
+@njit(cache=True)
+def stochastic_pool_train(x, kh, kw, sh, sw, out_h, out_w, u, y, mask):
+    """Sample one position per window with probability x / sum(x) (x >= 0) using the uniform
+    draws ``u`` (same shape as y); y gets its value, mask its flat index."""
+    n_img, channels, height, width = x.shape
+    for n in range(n_img):
+        for c in range(channels):
+            for oy in range(out_h):
+                hstart = oy * sh
+                hend = min(hstart + kh, height)
+                for ox in range(out_w):
+                    wstart = ox * sw
+                    wend = min(wstart + kw, width)
+                    total = 0.0
+                    for yy in range(hstart, hend):
+                        for xx in range(wstart, wend):
+                            total += x[n, c, yy, xx]
+                    threshold = u[n, c, oy, ox] * total
+                    acc = 0.0
+                    chosen = hstart * width + wstart
+                    value = x[n, c, hstart, wstart]
+                    found = False
+                    for yy in range(hstart, hend):
+                        for xx in range(wstart, wend):
+                            acc += x[n, c, yy, xx]
+                            if not found and acc >= threshold:
+                                chosen = yy * width + xx
+                                value = x[n, c, yy, xx]
+                                found = True
+                    y[n, c, oy, ox] = value
+                    mask[n, c, oy, ox] = chosen
+
+
+@njit(cache=True)
+def stochastic_pool_test(x, kh, kw, sh, sw, out_h, out_w, y):
+    """Probability-weighted average: sum(x^2) / sum(x) per window."""
+    n_img, channels, height, width = x.shape
+    for n in range(n_img):
+        for c in range(channels):
+            for oy in range(out_h):
+                hstart = oy * sh
+                hend = min(hstart + kh, height)
+                for ox in range(out_w):
+                    wstart = ox * sw
+                    wend = min(wstart + kw, width)
+                    s = 1.17549435e-38
+                    sq = 0.0
+                    for yy in range(hstart, hend):
+                        for xx in range(wstart, wend):
+                            v = x[n, c, yy, xx]
+                            s += v
+                            sq += v * v
+                    y[n, c, oy, ox] = sq / s

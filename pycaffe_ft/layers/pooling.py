@@ -1,5 +1,5 @@
-"""Pooling: MAX (optional mask top), AVE, global; Caffe's ceil rounding with the last window
-clipped, or round_mode FLOOR."""
+"""Pooling: MAX (optional mask top), AVE, STOCHASTIC, global; Caffe's ceil rounding with the
+last window clipped, or round_mode FLOOR."""
 import math
 
 import numpy as np
@@ -27,9 +27,6 @@ class PoolingLayer(Layer):
         self.method = p.pool
         if len(top) == 2 and self.method != _P.MAX:
             raise self.error('only MAX pooling has a second (mask) top')
-        if self.method == _P.STOCHASTIC:
-            raise self.error('STOCHASTIC pooling is not available on the CPU in this version '
-                             '(BVLC Caffe has it on the GPU only); use MAX or AVE')
         self.global_pooling = p.global_pooling
         if self.global_pooling:
             if p.HasField('kernel_size') or p.HasField('kernel_h') or p.HasField('kernel_w'):
@@ -40,6 +37,8 @@ class PoolingLayer(Layer):
         self.stride = spatial_param(self, p, 'stride', 1)
         if self.global_pooling and (self.pad != (0, 0) or self.stride != (1, 1)):
             raise self.error('with global_pooling: true only pad = 0 and stride = 1 are allowed')
+        if self.method == _P.STOCHASTIC and self.pad != (0, 0):
+            raise self.error('padding is implemented only for AVE and MAX pooling')
         if not self.global_pooling and (self.pad[0] >= self.kernel[0] or self.pad[1] >= self.kernel[1]):
             raise self.error('pad %s must be smaller than the kernel %s' % (list(self.pad), list(self.kernel)))
         self.ceil = p.round_mode == _P.CEIL
@@ -65,14 +64,23 @@ class PoolingLayer(Layer):
         top[0].reshape((n, c) + self.out_hw)
         if len(top) > 1:
             top[1].reshape((n, c) + self.out_hw)
-        if self.method == _P.MAX and len(top) == 1:
+        if self.method in (_P.MAX, _P.STOCHASTIC) and len(top) == 1:
             self._mask = np.empty((n, c) + self.out_hw, np.float32)
 
     def _args(self):
         return (self.kernel[0], self.kernel[1], self.pad[0], self.pad[1], self.stride[0], self.stride[1])
 
     def forward(self, bottom, top):
-        if self.method == _P.MAX:
+        if self.method == _P.STOCHASTIC:
+            k, s = self.kernel, self.stride
+            if self.phase == caffe_pb2.TRAIN:
+                u = self.rng.random(top[0].shape, dtype=np.float32)
+                K.stochastic_pool_train(bottom[0].data, k[0], k[1], s[0], s[1], self.out_hw[0],
+                                        self.out_hw[1], u, top[0].data, self._mask)
+            else:
+                K.stochastic_pool_test(bottom[0].data, k[0], k[1], s[0], s[1], self.out_hw[0],
+                                       self.out_hw[1], top[0].data)
+        elif self.method == _P.MAX:
             mask = top[1].data if len(top) > 1 else self._mask
             K.max_pool_forward(bottom[0].data, *self._args(), self.out_hw[0], self.out_hw[1],
                                top[0].data, mask)
@@ -83,7 +91,9 @@ class PoolingLayer(Layer):
     def backward(self, top, propagate_down, bottom):
         if not propagate_down[0]:
             return
-        if self.method == _P.MAX:
+        if self.method == _P.STOCHASTIC and self.phase != caffe_pb2.TRAIN:
+            raise self.error('STOCHASTIC pooling has no backward in TEST phase (as in Caffe)')
+        if self.method in (_P.MAX, _P.STOCHASTIC):
             mask = top[1].data if len(top) > 1 else self._mask
             K.max_pool_backward(top[0].diff, mask, bottom[0].diff)
         else:

@@ -1,0 +1,75 @@
+"""Gradient checks of the vision layers and STOCHASTIC pooling against its definition."""
+import numpy as np
+
+import pycaffe_ft as caffe
+from tests.gradient_checker import LayerTestCase, make_layer
+
+
+class TestDeconvolution(LayerTestCase):
+    layer_type = 'Deconvolution'
+    configs = [{'param': 'type: "Deconvolution" convolution_param { num_output: 3 kernel_size: 3 stride: 2 pad: 1 '
+                         'weight_filler { type: "gaussian" } bias_filler { type: "gaussian" } }',
+                'bottoms': [(2, 2, 3, 3)]},
+               {'param': 'type: "Deconvolution" convolution_param { num_output: 4 kernel_size: 2 group: 2 '
+                         'weight_filler { type: "gaussian" } }', 'bottoms': [(1, 4, 3, 2)]}]
+
+
+class TestIm2col(LayerTestCase):
+    layer_type = 'Im2col'
+    configs = [{'param': 'type: "Im2col" convolution_param { kernel_size: 3 pad: 1 stride: 2 }',
+                'bottoms': [(2, 2, 4, 5)]}]
+
+
+class TestLRN(LayerTestCase):
+    layer_type = 'LRN'
+    configs = [{'param': 'type: "LRN" lrn_param { local_size: 3 alpha: 0.5 beta: 0.75 k: 2 }',
+                'bottoms': [(2, 5, 2, 2)]},
+               {'param': 'type: "LRN" lrn_param { local_size: 3 alpha: 0.5 beta: 0.75 norm_region: WITHIN_CHANNEL }',
+                'bottoms': [(1, 2, 4, 3)]}]
+
+
+class TestSPP(LayerTestCase):
+    layer_type = 'SPP'
+    configs = [{'param': 'type: "SPP" spp_param { pyramid_height: 2 pool: MAX }', 'bottoms': [((2, 2, 5, 4), 'distinct')]},
+               {'param': 'type: "SPP" spp_param { pyramid_height: 3 pool: AVE }', 'bottoms': [(1, 2, 8, 8)]}]
+
+
+def _windows(x, k, s):
+    n, c, h, w = x.shape
+    oh, ow = -(-(h - k) // s) + 1, -(-(w - k) // s) + 1
+    for i in range(oh):
+        for j in range(ow):
+            yield i, j, x[:, :, i * s:min(i * s + k, h), j * s:min(j * s + k, w)]
+
+
+def test_stochastic_pooling_test_phase_is_the_weighted_average():
+    layer, bottom, top = make_layer('type: "Pooling" pooling_param { pool: STOCHASTIC kernel_size: 3 stride: 2 }', 1,
+                                    caffe.TEST)
+    x = np.random.default_rng(0).uniform(0.1, 1, (2, 3, 7, 6)).astype(np.float32)
+    bottom[0].reshape(x.shape)
+    bottom[0].data[...] = x
+    layer.setup(bottom, top)
+    layer.run_forward(bottom, top)
+    for i, j, win in _windows(x.astype(np.float64), 3, 2):
+        expected = (win ** 2).sum(axis=(2, 3)) / win.sum(axis=(2, 3))
+        np.testing.assert_allclose(top[0].data[:, :, i, j], expected, rtol=1e-5)
+
+
+def test_stochastic_pooling_train_samples_in_proportion_and_routes_gradient():
+    layer, bottom, top = make_layer('type: "Pooling" pooling_param { pool: STOCHASTIC kernel_size: 2 stride: 2 }', 1)
+    x = np.array([[[[1, 3], [0, 4]]]], np.float32)
+    bottom[0].reshape(x.shape)
+    bottom[0].data[...] = x
+    layer.setup(bottom, top)
+    counts = {}
+    for _ in range(4000):
+        layer.run_forward(bottom, top)
+        v = float(top[0].data.ravel()[0])
+        counts[v] = counts.get(v, 0) + 1
+    assert 0 not in counts and set(counts) <= {1, 3, 4}
+    for v, p in ((1, 1 / 8), (3, 3 / 8), (4, 4 / 8)):
+        assert abs(counts[v] / 4000 - p) < 0.03
+    top[0].diff[...] = 2
+    layer.backward(top, [True], bottom)
+    chosen = float(top[0].data.ravel()[0])
+    assert bottom[0].diff.sum() == 2 and bottom[0].diff[x == chosen].item() == 2
