@@ -12,6 +12,8 @@ from .layers.python_layer import UserLayer as Layer
 from .net import Net
 from .proto import caffe_pb2
 from .random import set_random_seed
+from .solvers import (NCCL, AdaDeltaSolver, AdaGradSolver, AdamSolver, NesterovSolver,
+                      RMSPropSolver, SGDSolver, get_solver)
 from .registry import LAYERS as _LAYERS
 
 __version__ = '0.1.0'
@@ -19,7 +21,8 @@ __version__ = '0.1.0'
 TRAIN = caffe_pb2.TRAIN
 TEST = caffe_pb2.TEST
 
-__all__ = ['Net', 'Layer', 'Blob', 'TRAIN', 'TEST', 'CaffeError', 'set_mode_cpu', 'set_mode_gpu',
+__all__ = ['Net', 'Layer', 'Blob', 'get_solver', 'SGDSolver', 'NesterovSolver', 'AdaGradSolver',
+           'RMSPropSolver', 'AdaDeltaSolver', 'AdamSolver', 'NCCL', 'TRAIN', 'TEST', 'CaffeError', 'set_mode_cpu', 'set_mode_gpu',
            'set_device', 'set_random_seed', 'layer_type_list', 'caffe_pb2', '__version__']
 
 

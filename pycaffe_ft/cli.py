@@ -94,6 +94,24 @@ def cmd_time(args):
     return 0
 
 
+# -- train / test --------------------------------------------------------------------------
+@command('train', 'train a net (like caffe train)')
+def cmd_train(args):
+    if not args.solver:
+        raise SystemExit('train needs --solver SOLVER.prototxt')
+    from .train_cli import train
+    train(args.solver, weights=args.weights, snapshot=args.snapshot, level=args.level,
+          stages=_stages(args.stage), sigint_effect=args.sigint_effect, sighup_effect=args.sighup_effect)
+    return 0
+
+
+@command('test', 'score a trained model over N batches (like caffe test)')
+def cmd_test(args):
+    from .train_cli import test
+    test(args.model, args.weights, iterations=args.iterations, level=args.level, stages=_stages(args.stage))
+    return 0
+
+
 # -- upgrades ------------------------------------------------------------------------------
 @command('upgrade-net', 'write a V0/V1/old-input net definition in the current format')
 def cmd_upgrade_net(args):
@@ -132,6 +150,22 @@ def build_parser():
     p.add_argument('--weights', default=None)
     p.add_argument('--input-shape', '--input_shape', action='append',
                    help='NAME=N,C,H,W: shape of a data layer top fed with synthetic input')
+    p.add_argument('--gpu', default=None, help='accepted and ignored (CPU only), with a warning')
+    p = sub.add_parser('train', help=COMMANDS['train'][1])
+    p.add_argument('--solver', help='solver definition (.prototxt)')
+    p.add_argument('--weights', help='comma-separated .caffemodel files to start from (finetuning)')
+    p.add_argument('--snapshot', help='.solverstate to resume from')
+    p.add_argument('--level', type=int, default=0)
+    p.add_argument('--stage', default='', help='comma-separated stages')
+    p.add_argument('--sigint_effect', '--sigint-effect', default='stop', choices=['stop', 'snapshot', 'none'])
+    p.add_argument('--sighup_effect', '--sighup-effect', default='snapshot', choices=['stop', 'snapshot', 'none'])
+    p.add_argument('--gpu', default=None, help='accepted and ignored (CPU only), with a warning')
+    p = sub.add_parser('test', help=COMMANDS['test'][1])
+    p.add_argument('--model', required=True)
+    p.add_argument('--weights', required=True)
+    p.add_argument('--iterations', type=int, default=50)
+    p.add_argument('--level', type=int, default=0)
+    p.add_argument('--stage', default='')
     p.add_argument('--gpu', default=None, help='accepted and ignored (CPU only), with a warning')
     p = sub.add_parser('upgrade-net', help=COMMANDS['upgrade-net'][1])
     p.add_argument('input')

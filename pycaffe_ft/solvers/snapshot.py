@@ -1,0 +1,116 @@
+"""Snapshots: ``<prefix>_iter_<N>.caffemodel`` + ``.solverstate`` (or HDF5), byte-compatible
+with Caffe's, each written atomically (temp file, fsync, rename)."""
+import os
+
+import numpy as np
+
+from ..errors import SolverError, WeightsError
+from ..hdf5 import require_h5py
+from ..log import logger
+from ..proto import caffe_pb2
+from ..proto.io import array_to_blob, blob_to_array, read_binary, write_binary
+
+__all__ = ['write_snapshot', 'restore_state', 'snapshot_filename']
+
+
+def snapshot_filename(solver, extension):
+    return '%s_iter_%d%s' % (solver.param.snapshot_prefix, solver.iter, extension)
+
+
+def _history_blobs(solver):
+    """Per learnable param, per history block: (block, array shaped like the param)."""
+    net = solver.net
+    arrays = []
+    for block in solver.history:
+        for i, blob in enumerate(net.learnable_params):
+            lo, hi = net.param_offsets[i], net.param_offsets[i + 1]
+            arrays.append(block[lo:hi].reshape(blob.shape))
+    return arrays
+
+
+def write_snapshot(solver):
+    """Write model then solver state; returns (model path, state path)."""
+    p = solver.param
+    if not p.snapshot_prefix:
+        raise SolverError('snapshot requested but the solver has no snapshot_prefix')
+    directory = os.path.dirname(p.snapshot_prefix)
+    if directory and not os.path.isdir(directory):
+        raise SolverError('snapshot directory "%s" does not exist' % directory)
+    hdf5 = p.snapshot_format == caffe_pb2.SolverParameter.HDF5
+    try:
+        if hdf5:
+            model = snapshot_filename(solver, '.caffemodel.h5')
+            logger.info('Snapshotting to HDF5 file %s', model)
+            solver.net.save_hdf5(model)
+            state_path = snapshot_filename(solver, '.solverstate.h5')
+            logger.info('Snapshotting solver state to HDF5 file %s', state_path)
+            _write_state_hdf5(solver, model, state_path)
+        else:
+            model = snapshot_filename(solver, '.caffemodel')
+            logger.info('Snapshotting to binary proto file %s', model)
+            write_binary(model, solver.net.to_proto(write_diff=p.snapshot_diff))
+            state = caffe_pb2.SolverState(iter=solver.iter, learned_net=model,
+                                          current_step=solver.current_step)
+            for array in _history_blobs(solver):
+                array_to_blob(array, state.history.add())
+            state_path = snapshot_filename(solver, '.solverstate')
+            logger.info('Snapshotting solver state to binary proto file %s', state_path)
+            write_binary(state_path, state)
+    except OSError as e:
+        raise SolverError('snapshot at iteration %d failed (%s); earlier snapshots are intact'
+                          % (solver.iter, e)) from None
+    return model, state_path
+
+
+def _write_state_hdf5(solver, model, path):
+    h5py = require_h5py('an HDF5 snapshot')
+    tmp = path + '.tmp'
+    with h5py.File(tmp, 'w') as f:
+        f.create_dataset('iter', data=np.array(solver.iter, np.int32))
+        f.create_dataset('learned_net', data=model.encode())
+        f.create_dataset('current_step', data=np.array(solver.current_step, np.int32))
+        g = f.create_group('history')
+        for i, array in enumerate(_history_blobs(solver)):
+            g.create_dataset(str(i), data=array)
+    os.replace(tmp, path)
+
+
+def _resolve(path, relative_to):
+    if os.path.isabs(path) or os.path.exists(path):
+        return path
+    candidate = os.path.join(os.path.dirname(os.path.abspath(relative_to)), os.path.basename(path))
+    return candidate if os.path.exists(candidate) else path
+
+
+def restore_state(solver, path):
+    """Load a .solverstate (binary or .h5): iter, current_step, weights, history."""
+    if not os.path.exists(path):
+        raise SolverError('solver state "%s" not found' % path)
+    if path.endswith('.h5'):
+        h5py = require_h5py('restoring %s' % path)
+        with h5py.File(path, 'r') as f:
+            iteration = int(np.asarray(f['iter']))
+            current_step = int(np.asarray(f['current_step']))
+            learned = np.asarray(f['learned_net']).item() if 'learned_net' in f else b''
+            learned = learned.decode() if isinstance(learned, bytes) else str(learned)
+            history = [np.asarray(f['history'][str(i)]) for i in range(len(f['history']))]
+    else:
+        try:
+            state = read_binary(path, caffe_pb2.SolverState())
+        except WeightsError as e:
+            raise SolverError(str(e)) from None
+        iteration, current_step, learned = state.iter, state.current_step, state.learned_net
+        history = [blob_to_array(b) for b in state.history]
+    if learned:
+        solver.net.copy_from(_resolve(learned, path))
+    expected = len(solver.history) * len(solver.net.learnable_params)
+    if len(history) != expected:
+        raise SolverError('%s: %d history blobs, this solver (%s) needs %d'
+                          % (path, len(history), solver.param.type, expected))
+    for k, array in enumerate(_history_blobs(solver)):
+        if history[k].size != array.size:
+            raise SolverError('%s: history blob %d has %d values, expected %d (shape %s)'
+                              % (path, k, history[k].size, array.size, list(array.shape)))
+        array[...] = history[k].reshape(array.shape)
+    solver.iter, solver.current_step = iteration, current_step
+    logger.info('SGDSolver: restoring history')

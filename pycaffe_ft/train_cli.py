@@ -1,0 +1,88 @@
+"""``pycaffe-ft train`` and ``pycaffe-ft test``: Caffe's train/test tools."""
+import signal
+import sys
+
+import numpy as np
+
+from .errors import SolverError
+from .log import logger
+
+__all__ = ['train', 'test', 'install_signal_handlers']
+
+_EFFECTS = {'stop': 'stop', 'snapshot': 'snapshot', 'none': 'none'}
+
+
+def install_signal_handlers(solver, sigint_effect='stop', sighup_effect='snapshot'):
+    """SIGINT/SIGHUP ask the solver to stop or snapshot after the current iteration."""
+    pending = []
+
+    def handler(effect):
+        def on_signal(signum, frame):
+            if effect != 'none':
+                pending.append(effect)
+        return on_signal
+    for sig, effect in ((signal.SIGINT, sigint_effect), (signal.SIGHUP, sighup_effect)):
+        if effect not in _EFFECTS:
+            raise SolverError('signal effect must be stop, snapshot or none, got "%s"' % effect)
+        signal.signal(sig, handler(effect))
+
+    def request():
+        return pending.pop(0) if pending else 'none'
+    solver.action_request = request
+
+
+def _progress(solver):
+    """A progress line on a terminal (stdout), never in the log."""
+    if not sys.stdout.isatty():
+        return
+
+    def on_start():
+        sys.stdout.write('\r[%d/%d]' % (solver.iter, solver.param.max_iter))
+        sys.stdout.flush()
+    solver.add_callback(on_start=on_start)
+
+
+def train(solver_path, weights=None, snapshot=None, level=0, stages=(), sigint_effect='stop',
+          sighup_effect='snapshot'):
+    from .solvers import Solver
+    if weights and snapshot:
+        raise SolverError('give a snapshot to resume training or weights to finetune, not both')
+    from .netspec_io import load_solver_param
+    param = load_solver_param(solver_path)
+    param.train_state.level = level
+    param.train_state.stage.extend(stages)
+    logger.info('Using CPU (pycaffe-ft runs on the CPU)')
+    solver = Solver(param, weights=weights)
+    solver.path = solver_path
+    install_signal_handlers(solver, sigint_effect, sighup_effect)
+    _progress(solver)
+    logger.info('Starting Optimization')
+    solver.solve(snapshot)
+    return solver
+
+
+def test(model, weights, iterations=50, level=0, stages=()):
+    """Caffe's ``caffe test``: per-batch outputs, then per-output means."""
+    from .net import Net
+    from .proto import caffe_pb2
+    net = Net(model, weights=weights, phase=caffe_pb2.TEST, level=level, stages=stages)
+    logger.info('Running for %d iterations.', iterations)
+    totals, loss = None, 0.0
+    for i in range(iterations):
+        loss += net.forward_from_to()
+        values = []
+        for bid in net.output_ids:
+            name = net._blob_names[bid]
+            for v in net._blob_list[bid].data.ravel():
+                logger.info('Batch %d, %s = %g', i, name, v)
+                values.append((name, float(v)))
+        totals = values if totals is None else [(n, a + v) for (n, a), (_, v) in zip(totals, values)]
+    logger.info('Loss: %g', loss / max(iterations, 1))
+    means = {}
+    for name, total in totals or []:
+        mean = total / iterations
+        weight = net.blob_loss_weights[name]
+        extra = ' (* %g = %g loss)' % (weight, weight * mean) if weight else ''
+        logger.info('%s = %g%s', name, mean, extra)
+        means.setdefault(name, mean)
+    return means
