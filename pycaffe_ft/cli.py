@@ -40,6 +40,16 @@ def _parse_shapes(values):
     return shapes
 
 
+def _bool_flag(value):
+    if isinstance(value, bool):
+        return value
+    if value.lower() in ('true', '1', 'yes'):
+        return True
+    if value.lower() in ('false', '0', 'no'):
+        return False
+    raise argparse.ArgumentTypeError('expected true or false, got %r' % value)
+
+
 def _phase(name):
     from .proto import caffe_pb2
     return caffe_pb2.TRAIN if name.upper() == 'TRAIN' else caffe_pb2.TEST
@@ -112,6 +122,59 @@ def cmd_test(args):
     return 0
 
 
+# -- dataset tools -------------------------------------------------------------------------
+@command('convert-mnist', 'MNIST IDX files (gzipped or not) -> LMDB (convert_mnist_data)')
+def cmd_convert_mnist(args):
+    from .data.convert import convert_mnist
+    convert_mnist(args.images, args.labels, args.db, args.backend)
+    return 0
+
+
+@command('prepare-mnist', 'build <dir>/mnist_train_lmdb and mnist_test_lmdb from the IDX files if missing')
+def cmd_prepare_mnist(args):
+    import os
+    from .data.convert import convert_mnist
+    from .log import logger
+    for split, prefix in (('train', 'train'), ('test', 't10k')):
+        db = os.path.join(args.dir, 'mnist_%s_lmdb' % split)
+        if os.path.exists(db):
+            logger.info('%s exists', db)
+            continue
+        convert_mnist(os.path.join(args.dir, '%s-images-idx3-ubyte' % prefix),
+                      os.path.join(args.dir, '%s-labels-idx1-ubyte' % prefix), db)
+    return 0
+
+
+@command('convert-cifar', 'CIFAR-10 binary batches -> LMDBs (convert_cifar_data)')
+def cmd_convert_cifar(args):
+    from .data.convert import convert_cifar
+    convert_cifar(args.input_folder, args.output_folder, args.backend)
+    return 0
+
+
+@command('convert-imageset', 'an image list -> LMDB of Datums (convert_imageset)')
+def cmd_convert_imageset(args):
+    from .data.convert import convert_imageset
+    convert_imageset(args.root_folder, args.list_file, args.db, args.resize_height, args.resize_width,
+                     args.shuffle, args.gray, args.encoded, args.encode_type, args.backend, args.check_size)
+    return 0
+
+
+@command('compute-image-mean', 'mean image of an LMDB -> .binaryproto (compute_image_mean)')
+def cmd_compute_image_mean(args):
+    from .data.convert import compute_image_mean
+    compute_image_mean(args.db, args.output, args.backend)
+    return 0
+
+
+@command('extract-features', 'blob values of a net over N batches -> LMDB of Datums')
+def cmd_extract_features(args):
+    from .data.features import extract_features
+    extract_features(args.weights, args.model, args.blobs.split(','), args.dbs.split(','),
+                     args.num_batches, args.backend)
+    return 0
+
+
 # -- upgrades ------------------------------------------------------------------------------
 @command('upgrade-net', 'write a V0/V1/old-input net definition in the current format')
 def cmd_upgrade_net(args):
@@ -167,6 +230,38 @@ def build_parser():
     p.add_argument('--level', type=int, default=0)
     p.add_argument('--stage', default='')
     p.add_argument('--gpu', default=None, help='accepted and ignored (CPU only), with a warning')
+    p = sub.add_parser('convert-mnist', help=COMMANDS['convert-mnist'][1])
+    p.add_argument('images')
+    p.add_argument('labels')
+    p.add_argument('db')
+    p.add_argument('--backend', default='lmdb')
+    p = sub.add_parser('prepare-mnist', help=COMMANDS['prepare-mnist'][1])
+    p.add_argument('dir', nargs='?', default='data/mnist')
+    p = sub.add_parser('convert-cifar', help=COMMANDS['convert-cifar'][1])
+    p.add_argument('input_folder')
+    p.add_argument('output_folder')
+    p.add_argument('--backend', default='lmdb')
+    p = sub.add_parser('convert-imageset', help=COMMANDS['convert-imageset'][1])
+    p.add_argument('root_folder')
+    p.add_argument('list_file')
+    p.add_argument('db')
+    for flag in ('resize_height', 'resize_width'):
+        p.add_argument('--' + flag, type=int, default=0)
+    for flag in ('shuffle', 'gray', 'encoded', 'check_size'):
+        p.add_argument('--' + flag, nargs='?', const=True, default=False, type=_bool_flag)
+    p.add_argument('--encode_type', default='')
+    p.add_argument('--backend', default='lmdb')
+    p = sub.add_parser('compute-image-mean', help=COMMANDS['compute-image-mean'][1])
+    p.add_argument('db')
+    p.add_argument('output', nargs='?')
+    p.add_argument('--backend', default='lmdb')
+    p = sub.add_parser('extract-features', help=COMMANDS['extract-features'][1])
+    p.add_argument('weights')
+    p.add_argument('model')
+    p.add_argument('blobs', help='comma-separated blob names')
+    p.add_argument('dbs', help='comma-separated output databases, one per blob')
+    p.add_argument('num_batches', type=int)
+    p.add_argument('--backend', default='lmdb')
     p = sub.add_parser('upgrade-net', help=COMMANDS['upgrade-net'][1])
     p.add_argument('input')
     p.add_argument('output')

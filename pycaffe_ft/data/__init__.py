@@ -1,0 +1,1 @@
+"""Datasets: LMDB Datum databases, Caffe's data transformer, dataset converters."""
