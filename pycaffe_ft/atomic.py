@@ -9,14 +9,22 @@ import tempfile
 __all__ = ['atomic_write_bytes']
 
 
-def atomic_write_bytes(path, data):
-    """Write ``data`` to ``path`` atomically; raise OSError (e.g. disk full) with no trace left."""
+def atomic_write_bytes(path, data, midway=None):
+    """Write ``data`` to ``path`` atomically; raise OSError (e.g. disk full) with no trace left.
+
+    ``midway()``, if given, runs when half of the data is written (fault injection).
+    """
     directory = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(prefix='.' + os.path.basename(path) + '.', suffix='.tmp',
                                dir=directory)
     try:
         with os.fdopen(fd, 'wb') as f:
-            f.write(data)
+            half = len(data) // 2
+            f.write(data[:half])
+            if midway is not None:
+                f.flush()
+                midway()
+            f.write(data[half:])
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)

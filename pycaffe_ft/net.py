@@ -204,6 +204,7 @@ class Net:
             if need_backward:
                 for bid in top_ids:
                     blob_need_backward[bid] = True
+        self._random_layers = [l for l in self.layers if l.uses_rng]
         self._analyse_backward(split_param, blob_need_backward)
         self._blob_need_backward = blob_need_backward
         self.output_ids = [name_to_id[n] for n in sorted(available)]
@@ -500,6 +501,14 @@ class Net:
                 layer.set_arrays(data, labels)
                 return
         raise NetError('net "%s" has no MemoryData layer for set_input_arrays' % self.name)
+
+    def set_iteration(self, iteration, worker=0, pass_index=0):
+        """Reseed the random layers for this (worker, iteration, pass): see Layer.set_iteration."""
+        for layer in self._random_layers:
+            layer.set_iteration(iteration, worker, pass_index)
+
+    def data_layers(self):
+        return [l for l in self.layers if hasattr(l, 'seek')]
 
     def reshape(self):
         for i, layer in enumerate(self.layers):

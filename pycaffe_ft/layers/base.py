@@ -33,6 +33,7 @@ class Layer:
     exact_num_top = min_num_top = max_num_top = None
     auto_top_blobs = False
     is_loss = False
+    uses_rng = False  # forward draws random numbers: the Net reseeds self.rng per iteration
 
     def __init__(self, layer_param, phase=1):
         self.layer_param = layer_param
@@ -117,6 +118,13 @@ class Layer:
 
     def allow_force_backward(self, bottom_index):
         return True
+
+    def set_iteration(self, iteration, worker=0, pass_index=0):
+        """Key this layer's random stream by (seed, layer, worker, iteration, pass): results do
+        not depend on which process computes what, and a resumed run repeats them exactly."""
+        if self.uses_rng:
+            self.rng = new_rng('layer', self.layer_param.name, self.layer_param.type, worker,
+                               iteration, pass_index)
 
     # -- helpers for subclasses ------------------------------------------------------------
     def add_param_blob(self, shape):

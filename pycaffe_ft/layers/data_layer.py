@@ -16,6 +16,7 @@ from ..data.db import open_db
 from ..data.transformer import DataTransformer
 from ..errors import CaffeError, DataError
 from ..proto import caffe_pb2
+from ..random import new_rng
 from ..registry import LAYERS
 from .base import Layer
 
@@ -48,6 +49,7 @@ class DataLayer(Layer):
         self.transformer.check(self.chw, key)
         self.out_shape = self.transformer.output_shape(self.chw)
         self.position = int(self.rng.integers(0, p.rand_skip)) if p.rand_skip else 0
+        self.initial_position = self.position
         self.record_of = lambda position: position % len(self.db)
         self.prefetch = max(1, p.prefetch)
         self._queue = None
@@ -68,6 +70,8 @@ class DataLayer(Layer):
         """Batch of records for positions start .. start+batch-1: (data, labels, record indices)."""
         data = np.empty((self.batch,) + tuple(self.out_shape), np.float32)
         labels = np.empty(self.batch, np.float32)
+        # crops and mirrors depend only on the position: reproducible on resume and on any rank
+        self.transformer.rng = new_rng('transform', self.name, start)
         records = []
         for i in range(self.batch):
             index = self.record_of(start + i)

@@ -41,6 +41,7 @@ class InputLayer(Layer):
 class DummyDataLayer(Layer):
     """Tops filled by ``data_filler``s: constant fillers once, others at every forward."""
     type = 'DummyData'
+    uses_rng = True
     exact_num_bottom = 0
     min_num_top = 1
 

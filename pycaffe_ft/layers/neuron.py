@@ -286,6 +286,7 @@ class DropoutLayer(NeuronLayer):
     The mask comes from ``self.rng`` (set by the Net, or reseeded per iteration and virtual
     worker by the parallel trainer)."""
     type = 'Dropout'
+    uses_rng = True
 
     def layer_setup(self, bottom, top):
         ratio = self.layer_param.dropout_param.dropout_ratio

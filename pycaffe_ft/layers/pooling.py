@@ -18,6 +18,7 @@ _P = caffe_pb2.PoolingParameter
 @LAYERS.register('Pooling', v1_name='POOLING')
 class PoolingLayer(Layer):
     type = 'Pooling'
+    uses_rng = True
     exact_num_bottom = 1
     min_num_top = 1
     max_num_top = 2

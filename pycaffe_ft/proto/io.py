@@ -89,9 +89,9 @@ def read_binary(path, message):
     return message
 
 
-def write_binary(path, message):
+def write_binary(path, message, midway=None):
     """Serialize ``message`` to ``path`` atomically."""
-    atomic_write_bytes(path, message.SerializeToString())
+    atomic_write_bytes(path, message.SerializeToString(), midway)
 
 
 def _strip_comments(line):

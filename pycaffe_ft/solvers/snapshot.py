@@ -4,6 +4,7 @@ import os
 
 import numpy as np
 
+from .. import faults
 from ..errors import SolverError, WeightsError
 from ..hdf5 import require_h5py
 from ..log import logger
@@ -48,7 +49,8 @@ def write_snapshot(solver):
         else:
             model = snapshot_filename(solver, '.caffemodel')
             logger.info('Snapshotting to binary proto file %s', model)
-            write_binary(model, solver.net.to_proto(write_diff=p.snapshot_diff))
+            write_binary(model, solver.net.to_proto(write_diff=p.snapshot_diff),
+                         midway=lambda: faults.check('snapshot', solver.iter))
             state = caffe_pb2.SolverState(iter=solver.iter, learned_net=model,
                                           current_step=solver.current_step)
             for array in _history_blobs(solver):
@@ -66,9 +68,10 @@ def _write_state_hdf5(solver, model, path):
     h5py = require_h5py('an HDF5 snapshot')
     tmp = path + '.tmp'
     with h5py.File(tmp, 'w') as f:
-        f.create_dataset('iter', data=np.array(solver.iter, np.int32))
-        f.create_dataset('learned_net', data=model.encode())
-        f.create_dataset('current_step', data=np.array(solver.current_step, np.int32))
+        # Caffe's layout: iter and current_step as (1,) int32, learned_net a fixed-length string
+        f.create_dataset('iter', data=np.array([solver.iter], np.int32))
+        f.create_dataset('learned_net', data=np.bytes_(model.encode()))
+        f.create_dataset('current_step', data=np.array([solver.current_step], np.int32))
         g = f.create_group('history')
         for i, array in enumerate(_history_blobs(solver)):
             g.create_dataset(str(i), data=array)
@@ -89,8 +92,8 @@ def restore_state(solver, path):
     if path.endswith('.h5'):
         h5py = require_h5py('restoring %s' % path)
         with h5py.File(path, 'r') as f:
-            iteration = int(np.asarray(f['iter']))
-            current_step = int(np.asarray(f['current_step']))
+            iteration = int(np.asarray(f['iter']).ravel()[0])
+            current_step = int(np.asarray(f['current_step']).ravel()[0])
             learned = np.asarray(f['learned_net']).item() if 'learned_net' in f else b''
             learned = learned.decode() if isinstance(learned, bytes) else str(learned)
             history = [np.asarray(f['history'][str(i)]) for i in range(len(f['history']))]

@@ -182,7 +182,8 @@ class Solver:
     def forward_backward(self):
         """Accumulate iter_size forward/backward passes; returns the mean loss."""
         loss = 0.0
-        for _ in range(self.param.iter_size):
+        for i in range(self.param.iter_size):
+            self.net.set_iteration(self.iter, pass_index=i)
             loss += self.net.forward_backward()
         return loss / self.param.iter_size
 
@@ -309,3 +310,23 @@ class Solver:
 
     def restore(self, path):
         restore_state(self, path)
+        self.sync_data_positions()
+
+    def tests_done(self, iteration):
+        """How many test phases an uninterrupted run has done before ``iteration``."""
+        p = self.param
+        if not p.test_interval:
+            return 0
+        done = (iteration - 1) // p.test_interval + 1 if iteration > 0 else 0
+        if not p.test_initialization and iteration > 0:
+            done -= 1
+        return max(done, 0)
+
+    def sync_data_positions(self):
+        """Data cursors as a pure function of the iteration (after restore): the train net has
+        served iter * iter_size batches, each test net test_iter batches per test done."""
+        for layer in self.net.data_layers():
+            layer.seek(layer.initial_position + self.iter * self.param.iter_size * layer.batch)
+        for k, net in enumerate(self.test_nets):
+            for layer in net.data_layers():
+                layer.seek(layer.initial_position + self.tests_done(self.iter) * self.param.test_iter[k] * layer.batch)

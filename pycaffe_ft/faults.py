@@ -1,0 +1,51 @@
+"""Fault injection for tests and demos: SIGKILL this process at a chosen point.
+
+Configured by ``inject(specs)`` or the environment variable ``PYCAFFE_FT_INJECT_FAULT``
+("RANK:ITER[:PHASE]", several separated by commas; RANK is the original MPI rank, 0 when
+serial; PHASE one of forward, backward, allreduce, snapshot, test, broadcast; default
+forward). ``check(phase, iteration)`` is called at those points and kills the process (never
+returns) when a spec matches. The kill is real (SIGKILL): this is what fault tolerance must
+survive.
+"""
+import os
+import signal
+
+__all__ = ['inject', 'check', 'PHASES', 'parse_spec']
+
+PHASES = ('forward', 'backward', 'allreduce', 'snapshot', 'test', 'broadcast')
+_specs = []
+_rank = [0]
+
+
+def parse_spec(text):
+    parts = text.split(':')
+    if len(parts) not in (2, 3):
+        raise ValueError('fault spec must be RANK:ITER[:PHASE], got %r' % text)
+    phase = parts[2] if len(parts) == 3 else 'forward'
+    if phase not in PHASES:
+        raise ValueError('unknown fault phase %r; known: %s' % (phase, ', '.join(PHASES)))
+    return int(parts[0]), int(parts[1]), phase
+
+
+def inject(specs, rank=0):
+    _specs[:] = [parse_spec(s) if isinstance(s, str) else tuple(s) for s in specs]
+    _rank[0] = rank
+
+
+def set_rank(rank):
+    _rank[0] = rank
+
+
+def _from_env():
+    value = os.environ.get('PYCAFFE_FT_INJECT_FAULT')
+    if value:
+        inject([s for s in value.split(',') if s], _rank[0])
+
+
+_from_env()
+
+
+def check(phase, iteration):
+    for rank, it, ph in _specs:
+        if rank == _rank[0] and it == iteration and ph == phase:
+            os.kill(os.getpid(), signal.SIGKILL)
