@@ -105,14 +105,50 @@ def cmd_time(args):
 
 
 # -- train / test --------------------------------------------------------------------------
-@command('train', 'train a net (like caffe train)')
+@command('train', 'train a net (like caffe train); --np N for fault-tolerant data parallelism')
 def cmd_train(args):
     if not args.solver:
         raise SystemExit('train needs --solver SOLVER.prototxt')
-    from .train_cli import train
-    train(args.solver, weights=args.weights, snapshot=args.snapshot, level=args.level,
-          stages=_stages(args.stage), sigint_effect=args.sigint_effect, sighup_effect=args.sighup_effect)
+    from .parallel.launcher import in_mpi_job, launch
+    from .train_cli import train, train_parallel, warm_up
+    if args.inject_fault:
+        from . import faults
+        faults.inject(args.inject_fault)
+    parallel = args.mpi_worker or in_mpi_job()
+    if args.np > 1 and not parallel:
+        warm_up(args.solver)
+        argv = [a for a in sys.argv[1:]]
+        argv = _strip_flag(normalize_gflags(argv), '--np') + ['--mpi-worker']
+        return launch(args.np, argv, ft=args.ft != 'off')
+    common = dict(weights=args.weights, snapshot=args.snapshot, level=args.level, stages=_stages(args.stage),
+                  sigint_effect=args.sigint_effect, sighup_effect=args.sighup_effect)
+    if parallel or (args.virtual_workers or 1) > 1:
+        solver = train_parallel(args.solver, parallel=parallel, ft=args.ft != 'off',
+                                virtual_workers=args.virtual_workers, min_ranks=args.min_ranks,
+                                ledger=args.ledger, **common)
+        if parallel and solver.failures:
+            # Open MPI may hang in MPI_Finalize after failures: end this rank deterministically.
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(0)
+        return 0
+    train(args.solver, **common)
     return 0
+
+
+def _strip_flag(argv, flag):
+    out, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+            continue
+        if a == flag:
+            skip = True
+            continue
+        if a.startswith(flag + '='):
+            continue
+        out.append(a)
+    return out
 
 
 @command('test', 'score a trained model over N batches (like caffe test)')
@@ -223,6 +259,17 @@ def build_parser():
     p.add_argument('--sigint_effect', '--sigint-effect', default='stop', choices=['stop', 'snapshot', 'none'])
     p.add_argument('--sighup_effect', '--sighup-effect', default='snapshot', choices=['stop', 'snapshot', 'none'])
     p.add_argument('--gpu', default=None, help='accepted and ignored (CPU only), with a warning')
+    p.add_argument('--np', type=int, default=1, help='start N MPI ranks (data-parallel, fault tolerant)')
+    p.add_argument('--virtual-workers', '--virtual_workers', type=int, default=None,
+                   help='virtual workers V (default: the starting number of ranks)')
+    p.add_argument('--ft', default='on', choices=['on', 'off'], help='ULFM fault tolerance (off: fail-stop MPI)')
+    p.add_argument('--min-ranks', '--min_ranks', type=int, default=1,
+                   help='give up (with a final snapshot) below this many ranks')
+    p.add_argument('--inject-fault', '--inject_fault', action='append', default=[],
+                   help='RANK:ITER[:PHASE]: SIGKILL that rank there (phases: forward, backward, '
+                        'allreduce, snapshot, test, broadcast); repeatable')
+    p.add_argument('--ledger', help='append the record indices each iteration consumed to this file (JSON lines)')
+    p.add_argument('--mpi-worker', action='store_true', help=argparse.SUPPRESS)
     p = sub.add_parser('test', help=COMMANDS['test'][1])
     p.add_argument('--model', required=True)
     p.add_argument('--weights', required=True)

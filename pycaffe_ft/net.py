@@ -78,7 +78,7 @@ class Net:
     prototxt text or NetParameter.
     """
 
-    def __init__(self, model, *args, weights=None, phase=None, level=0, stages=()):
+    def __init__(self, model, *args, weights=None, phase=None, level=0, stages=(), source=None):
         args = list(args)
         if args and isinstance(args[0], (str, bytes)) and not isinstance(args[0], int):
             weights = args.pop(0)
@@ -90,6 +90,8 @@ class Net:
             phase = TEST
         self.phase = _phase_value(phase)
         param, self.source = load_net_param(model)
+        if source is not None:  # where a NetParameter given here was read from
+            self.source = source
         state = caffe_pb2.NetState()
         state.CopyFrom(param.state)
         state.phase = self.phase

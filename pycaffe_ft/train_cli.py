@@ -61,6 +61,49 @@ def train(solver_path, weights=None, snapshot=None, level=0, stages=(), sigint_e
     return solver
 
 
+def warm_up(solver_path):
+    """Compile (and cache) the Numba kernels in one process before starting ranks."""
+    from .netspec_io import load_solver_param
+    from .solvers import Solver
+    param = load_solver_param(solver_path)
+    param.ClearField('test_iter')
+    param.ClearField('test_net')
+    param.ClearField('test_net_param')
+    param.test_interval = 0
+    solver = Solver(param)
+    solver.net.forward_backward()
+    for layer in solver.net.data_layers():
+        layer.stop_prefetch()
+
+
+def train_parallel(solver_path, parallel, ft=True, virtual_workers=None, min_ranks=1, ledger=None,
+                   weights=None, snapshot=None, level=0, stages=(), sigint_effect='stop',
+                   sighup_effect='snapshot'):
+    """Data-parallel training over MPI ranks (parallel=True) or V virtual workers in this
+    process (parallel=False: no MPI is imported)."""
+    from . import faults
+    from .netspec_io import load_solver_param
+    from .parallel.comm import make_comm
+    from .parallel.trainer import DataParallelSolver
+    if weights and snapshot:
+        raise SolverError('give a snapshot to resume training or weights to finetune, not both')
+    comm = make_comm(parallel, ft)
+    faults.set_rank(comm.world_rank)
+    param = load_solver_param(solver_path)
+    param.train_state.level = level
+    param.train_state.stage.extend(stages)
+    solver = DataParallelSolver(param, comm, virtual_workers=virtual_workers, min_ranks=min_ranks,
+                                ledger=ledger, weights=weights)
+    logger.info('Data-parallel training: %d ranks, %d virtual workers (fault tolerance %s)',
+                comm.size, solver.V, 'on' if parallel and ft else 'off')
+    if comm.rank == 0:
+        install_signal_handlers(solver, sigint_effect, sighup_effect)
+    logger.info('Starting Optimization')
+    solver.solve(snapshot)
+    solver.summary()
+    return solver
+
+
 def test(model, weights, iterations=50, level=0, stages=()):
     """Caffe's ``caffe test``: per-batch outputs, then per-output means."""
     from .net import Net

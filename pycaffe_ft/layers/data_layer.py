@@ -52,6 +52,7 @@ class DataLayer(Layer):
         self.initial_position = self.position
         self.record_of = lambda position: position % len(self.db)
         self.prefetch = max(1, p.prefetch)
+        self.synchronous = False  # parallel trainers set positions per micro-batch: no prefetch
         self._queue = None
         self._thread = None
         self.output_labels = len(top) > 1
@@ -122,9 +123,12 @@ class DataLayer(Layer):
         self.position = position
 
     def forward(self, bottom, top):
-        if self._thread is None:
-            self._start()
-        item = self._queue.get()
+        if self.synchronous:
+            item = self.load_batch(self.position)
+        else:
+            if self._thread is None:
+                self._start()
+            item = self._queue.get()
         if isinstance(item, Exception):
             self._thread = None
             if isinstance(item, CaffeError):

@@ -68,9 +68,6 @@ class Solver:
         logger.info('Solver scaffolding done.')
 
     # -- construction ------------------------------------------------------------------------
-    def _resolve(self, path):
-        return path
-
     def _state(self, phase, extra=None, net_param=None):
         state = caffe_pb2.NetState(phase=phase)
         if net_param is not None:
@@ -84,12 +81,9 @@ class Solver:
         return state
 
     def _make_net(self, source, state):
-        param, _ = load_net_param(source)
+        param, origin = load_net_param(source)
         param.state.CopyFrom(state)
-        net = Net(param, phase=state.phase, level=state.level, stages=list(state.stage))
-        if isinstance(source, str) and not ('{' in source or '\n' in source):
-            net.source.path = source
-        return net
+        return Net(param, phase=state.phase, level=state.level, stages=list(state.stage), source=origin)
 
     def _init_train_net(self):
         p = self.param

