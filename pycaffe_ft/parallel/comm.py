@@ -100,15 +100,14 @@ class ULFMComm(MPIComm):
         self._call(self._refresh)
 
     def _call(self, fn, *args):
+        """Any MPI error in a collective is handled as a possible process failure: a peer that
+        died can also surface as a transport error (MPI_ERR_OTHER) before ULFM classifies it.
+        recover() then finds out whether anyone is gone."""
         try:
             return fn(*args)
         except self.MPI.Exception as e:
-            cls = e.Get_error_class()
-            failure_classes = (self.MPI.ERR_PROC_FAILED, self.MPI.ERR_REVOKED,
-                               getattr(self.MPI, 'ERR_PROC_FAILED_PENDING', -1))
-            if cls in failure_classes:
-                raise ProcessFailure('process failure detected (MPI error class %d)' % cls) from None
-            raise CaffeError('MPI error: %s' % e) from None
+            raise ProcessFailure('MPI error during a collective (class %d: %s)'
+                                 % (e.Get_error_class(), e.Get_error_string())) from None
 
     def allreduce_sum(self, buf):
         return self._call(super().allreduce_sum, buf)

