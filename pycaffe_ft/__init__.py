@@ -8,7 +8,10 @@ from . import layers as _layers  # noqa: F401  (registers the layer types)
 from .blob import Blob
 from .errors import CaffeError
 from .log import warn_once as _warn_once
+from . import io  # noqa: F401  (caffe.io)
+from . import net_spec  # noqa: F401  (caffe.net_spec)
 from .layers.python_layer import UserLayer as Layer
+from .net_spec import NetSpec, layers, params, to_proto
 from .net import Net
 from .proto import caffe_pb2
 from .random import set_random_seed
@@ -21,7 +24,8 @@ __version__ = '0.1.0'
 TRAIN = caffe_pb2.TRAIN
 TEST = caffe_pb2.TEST
 
-__all__ = ['Net', 'Layer', 'Blob', 'get_solver', 'SGDSolver', 'NesterovSolver', 'AdaGradSolver',
+__all__ = ['Net', 'Layer', 'Blob', 'NetSpec', 'layers', 'params', 'to_proto', 'io', 'net_spec',
+           'Classifier', 'Detector', 'get_solver', 'SGDSolver', 'NesterovSolver', 'AdaGradSolver',
            'RMSPropSolver', 'AdaDeltaSolver', 'AdamSolver', 'NCCL', 'TRAIN', 'TEST', 'CaffeError', 'set_mode_cpu', 'set_mode_gpu',
            'set_device', 'set_random_seed', 'layer_type_list', 'caffe_pb2', '__version__']
 
@@ -37,6 +41,20 @@ def set_mode_gpu():
 
 def set_device(device_id):
     _warn_once('gpu', 'pycaffe-ft runs on the CPU only: set_device(%s) is ignored', device_id)
+
+
+def __getattr__(name):
+    """Lazy parts of the API: Classifier, Detector, draw."""
+    if name == 'Classifier':
+        from .classifier import Classifier
+        return Classifier
+    if name == 'Detector':
+        from .detector import Detector
+        return Detector
+    if name == 'draw':
+        import importlib
+        return importlib.import_module(__name__ + '.draw')
+    raise AttributeError('module pycaffe_ft has no attribute %r' % name)
 
 
 def layer_type_list():

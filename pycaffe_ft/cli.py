@@ -211,6 +211,18 @@ def cmd_extract_features(args):
     return 0
 
 
+@command('draw-net', 'draw a net definition (pydot + Graphviz; .dot output needs nothing)')
+def cmd_draw_net(args):
+    from .draw import draw_net_to_file
+    from .netspec_io import load_net_param
+    from .proto import caffe_pb2
+    param, _ = load_net_param(args.input_net_proto_file)
+    phase = {'TRAIN': caffe_pb2.TRAIN, 'TEST': caffe_pb2.TEST}.get(args.phase.upper())
+    draw_net_to_file(param, args.output_image_file, args.rankdir, phase)
+    print('Drawing net to %s' % args.output_image_file)
+    return 0
+
+
 # -- upgrades ------------------------------------------------------------------------------
 @command('upgrade-net', 'write a V0/V1/old-input net definition in the current format')
 def cmd_upgrade_net(args):
@@ -309,6 +321,11 @@ def build_parser():
     p.add_argument('dbs', help='comma-separated output databases, one per blob')
     p.add_argument('num_batches', type=int)
     p.add_argument('--backend', default='lmdb')
+    p = sub.add_parser('draw-net', help=COMMANDS['draw-net'][1])
+    p.add_argument('input_net_proto_file')
+    p.add_argument('output_image_file')
+    p.add_argument('--rankdir', default='LR', choices=['LR', 'TB', 'BT', 'RL'])
+    p.add_argument('--phase', default='ALL', help='TRAIN, TEST or ALL')
     p = sub.add_parser('upgrade-net', help=COMMANDS['upgrade-net'][1])
     p.add_argument('input')
     p.add_argument('output')
