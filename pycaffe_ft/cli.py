@@ -223,6 +223,13 @@ def cmd_draw_net(args):
     return 0
 
 
+@command('install-caffe-alias', 'opt-in: make "import caffe" load pycaffe-ft (never over a real caffe)')
+def cmd_install_alias(args):
+    from .alias import install_alias
+    print('Installed the caffe alias at %s' % install_alias(args.target))
+    return 0
+
+
 # -- upgrades ------------------------------------------------------------------------------
 @command('upgrade-net', 'write a V0/V1/old-input net definition in the current format')
 def cmd_upgrade_net(args):
@@ -326,6 +333,8 @@ def build_parser():
     p.add_argument('output_image_file')
     p.add_argument('--rankdir', default='LR', choices=['LR', 'TB', 'BT', 'RL'])
     p.add_argument('--phase', default='ALL', help='TRAIN, TEST or ALL')
+    p = sub.add_parser('install-caffe-alias', help=COMMANDS['install-caffe-alias'][1])
+    p.add_argument('--target', help='directory to put the caffe package in (default: site-packages)')
     p = sub.add_parser('upgrade-net', help=COMMANDS['upgrade-net'][1])
     p.add_argument('input')
     p.add_argument('output')

@@ -34,3 +34,21 @@ def test_python_euclidean_loss_trains_inside_a_net():
     out = run_example(os.path.join(ROOT, 'examples', 'pyloss', 'train_linreg.py'), '200')
     w = out.split('learned w [')[1].split(']')[0].split()
     assert np.allclose([float(v) for v in w], [1.5, -2.0, 0.5], atol=0.05)
+
+
+def test_opt_in_caffe_alias(tmp_path):
+    from pycaffe_ft.alias import install_alias
+    install_alias(str(tmp_path))
+    code = ('import sys; sys.path.insert(0, %r); import caffe; from caffe.proto import caffe_pb2; '
+            'import caffe.io; net = caffe.Net("layer { name: \\"i\\" type: \\"Input\\" top: \\"x\\" '
+            'input_param { shape { dim: 1 } } }", caffe.TEST); print(caffe.__version__, caffe_pb2.TEST, '
+            'caffe.io.Transformer.__name__, net.inputs)' % str(tmp_path))
+    out = run_example('-c', code)
+    assert "Transformer ['x']" in out
+    real = tmp_path / 'other'
+    (real / 'caffe').mkdir(parents=True)
+    (real / 'caffe' / '__init__.py').write_text('# a real caffe\n')
+    import pytest
+    from pycaffe_ft.errors import CaffeError
+    with pytest.raises(CaffeError, match='not touching'):
+        install_alias(str(real))
