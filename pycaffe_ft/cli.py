@@ -230,6 +230,26 @@ def cmd_install_alias(args):
     return 0
 
 
+@command('parse-log', 'a training log -> LOG.train and LOG.test CSV files (like parse_log.py)')
+def cmd_parse_log(args):
+    import os
+    from .logparse import parse_log, write_csv
+    train, test = parse_log(args.logfile)
+    base = os.path.join(args.output_dir, os.path.basename(args.logfile))
+    for rows, suffix in ((train, '.train'), (test, '.test')):
+        with open(base + suffix, 'w', newline='') as f:
+            write_csv(rows, f)
+        print('Wrote %s (%d rows)' % (base + suffix, len(rows)))
+    return 0
+
+
+@command('plot-log', 'plot the outputs of a training log (needs matplotlib)')
+def cmd_plot_log(args):
+    from .logparse import plot_log
+    print('Wrote %s' % plot_log(args.logfile, args.out, args.x))
+    return 0
+
+
 # -- upgrades ------------------------------------------------------------------------------
 @command('upgrade-net', 'write a V0/V1/old-input net definition in the current format')
 def cmd_upgrade_net(args):
@@ -333,6 +353,13 @@ def build_parser():
     p.add_argument('output_image_file')
     p.add_argument('--rankdir', default='LR', choices=['LR', 'TB', 'BT', 'RL'])
     p.add_argument('--phase', default='ALL', help='TRAIN, TEST or ALL')
+    p = sub.add_parser('parse-log', help=COMMANDS['parse-log'][1])
+    p.add_argument('logfile')
+    p.add_argument('output_dir', nargs='?', default='.')
+    p = sub.add_parser('plot-log', help=COMMANDS['plot-log'][1])
+    p.add_argument('logfile')
+    p.add_argument('--out', required=True)
+    p.add_argument('--x', default='NumIters', choices=['NumIters', 'Seconds'])
     p = sub.add_parser('install-caffe-alias', help=COMMANDS['install-caffe-alias'][1])
     p.add_argument('--target', help='directory to put the caffe package in (default: site-packages)')
     p = sub.add_parser('upgrade-net', help=COMMANDS['upgrade-net'][1])

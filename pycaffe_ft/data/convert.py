@@ -121,7 +121,7 @@ def _cv2():
         import cv2
     except ImportError:
         raise DataError('convert-imageset reads and resizes images exactly as Caffe (OpenCV); install '
-                        'it: pip install "opencv-python-headless<5" (or pip install "pycaffe-ft[opencv]")') from None
+                        'it: pip install "opencv-python-headless<5" (a dependency of pycaffe-ft)') from None
     return cv2
 
 

@@ -220,3 +220,25 @@ def test_weights_for_a_different_net_name_the_layer(workdir):
     (workdir / 'net.prototxt').write_text((workdir / 'net.prototxt').read_text().replace('num_output: 10', 'num_output: 12'))
     with pytest.raises(caffe.CaffeError, match='"ip".*\\[10, 400\\].*\\[12, 400\\]'):
         caffe.get_solver(write_solver(workdir / 's2.prototxt')).net.copy_from('w.caffemodel')
+
+
+def test_parse_log_reads_our_log_and_caffes(workdir, tmp_path):
+    write_solver(workdir / 's.prototxt', max_iter=8)
+    proc = subprocess.run([sys.executable, '-m', 'pycaffe_ft.cli', 'train', '-solver', 's.prototxt'],
+                          cwd=str(workdir), capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, GLOG_minloglevel='0'))
+    (workdir / 'train.log').write_text(proc.stderr)
+    from pycaffe_ft.logparse import parse_log
+    train, test = parse_log(str(workdir / 'train.log'))
+    assert [r['NumIters'] for r in train] == [0, 2, 4, 6]
+    assert [r['NumIters'] for r in test] == [0, 4, 8] and 'acc' in test[-1] and 'loss' in test[-1]
+    assert train[1]['LearningRate'] == pytest.approx(0.05) and train[-1]['Seconds'] >= 0
+    import gzip
+    with gzip.open(shared_path('golden', 'mnist_lenet', 'caffe_train.log.gz'), 'rt') as f:
+        (tmp_path / 'caffe.log').write_text(f.read())
+    caffe_train, caffe_test = parse_log(str(tmp_path / 'caffe.log'))
+    assert len(caffe_train) == 1000 and [r['NumIters'] for r in caffe_test] == [0, 250, 500, 750, 1000]
+    assert caffe_test[-1]['accuracy'] == pytest.approx(0.9823)
+    from pycaffe_ft import cli
+    assert cli.main(['parse-log', str(workdir / 'train.log'), str(tmp_path)]) == 0
+    assert (tmp_path / 'train.log.test').read_text().splitlines()[0].startswith('NumIters,Seconds,LearningRate')
