@@ -6,7 +6,23 @@ from . import io as caffe_io
 from .net import Net
 from .proto import caffe_pb2
 
-__all__ = ['Classifier']
+__all__ = ['Classifier', 'input_transformer']
+
+
+def input_transformer(net, mean=None, input_scale=None, raw_scale=None, channel_swap=None):
+    """A Transformer for the net's first input taking H x W x K images (pycaffe's setup)."""
+    in_ = net.inputs[0]
+    transformer = caffe_io.Transformer({in_: net.blobs[in_].data.shape})
+    transformer.set_transpose(in_, (2, 0, 1))
+    if mean is not None:
+        transformer.set_mean(in_, mean)
+    if input_scale is not None:
+        transformer.set_input_scale(in_, input_scale)
+    if raw_scale is not None:
+        transformer.set_raw_scale(in_, raw_scale)
+    if channel_swap is not None:
+        transformer.set_channel_swap(in_, channel_swap)
+    return transformer
 
 
 class Classifier(Net):
@@ -14,16 +30,7 @@ class Classifier(Net):
                  raw_scale=None, channel_swap=None):
         super().__init__(model_file, pretrained_file, caffe_pb2.TEST)
         in_ = self.inputs[0]
-        self.transformer = caffe_io.Transformer({in_: self.blobs[in_].data.shape})
-        self.transformer.set_transpose(in_, (2, 0, 1))
-        if mean is not None:
-            self.transformer.set_mean(in_, mean)
-        if input_scale is not None:
-            self.transformer.set_input_scale(in_, input_scale)
-        if raw_scale is not None:
-            self.transformer.set_raw_scale(in_, raw_scale)
-        if channel_swap is not None:
-            self.transformer.set_channel_swap(in_, channel_swap)
+        self.transformer = input_transformer(self, mean, input_scale, raw_scale, channel_swap)
         self.crop_dims = np.array(self.blobs[in_].data.shape[2:])
         self.image_dims = np.array(image_dims if image_dims is not None and len(image_dims) else self.crop_dims)
 

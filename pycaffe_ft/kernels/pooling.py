@@ -44,26 +44,29 @@ def max_pool_backward(dy, mask, dx):
                         dx[n, c, idx // width, idx % width] += dy[n, c, oy, ox]
 
 
+@njit(cache=True, inline='always')
+def _ave_window(oy, ox, kh, kw, ph, pw, sh, sw, height, width):
+    """Window bounds clipped to the image, and Caffe's divisor: the window clipped to the
+    padded extent (padding counts, beyond it does not)."""
+    hstart = oy * sh - ph
+    wstart = ox * sw - pw
+    hend = min(hstart + kh, height + ph)
+    wend = min(wstart + kw, width + pw)
+    size = (hend - hstart) * (wend - wstart)
+    return max(hstart, 0), min(hend, height), max(wstart, 0), min(wend, width), size
+
+
 @njit(cache=True)
 def ave_pool_forward(x, kh, kw, ph, pw, sh, sw, out_h, out_w, y):
-    """Divisor = window clipped to the padded extent, before clipping to the image."""
     n_img, channels, height, width = x.shape
     for n in range(n_img):
         for c in range(channels):
             for oy in range(out_h):
                 for ox in range(out_w):
-                    hstart = oy * sh - ph
-                    wstart = ox * sw - pw
-                    hend = min(hstart + kh, height + ph)
-                    wend = min(wstart + kw, width + pw)
-                    size = (hend - hstart) * (wend - wstart)
-                    hstart = max(hstart, 0)
-                    wstart = max(wstart, 0)
-                    hend = min(hend, height)
-                    wend = min(wend, width)
+                    h0, h1, w0, w1, size = _ave_window(oy, ox, kh, kw, ph, pw, sh, sw, height, width)
                     s = 0.0
-                    for yy in range(hstart, hend):
-                        for xx in range(wstart, wend):
+                    for yy in range(h0, h1):
+                        for xx in range(w0, w1):
                             s += x[n, c, yy, xx]
                     y[n, c, oy, ox] = s / size
 
@@ -77,18 +80,10 @@ def ave_pool_backward(dy, kh, kw, ph, pw, sh, sw, dx):
         for c in range(channels):
             for oy in range(out_h):
                 for ox in range(out_w):
-                    hstart = oy * sh - ph
-                    wstart = ox * sw - pw
-                    hend = min(hstart + kh, height + ph)
-                    wend = min(wstart + kw, width + pw)
-                    size = (hend - hstart) * (wend - wstart)
-                    hstart = max(hstart, 0)
-                    wstart = max(wstart, 0)
-                    hend = min(hend, height)
-                    wend = min(wend, width)
+                    h0, h1, w0, w1, size = _ave_window(oy, ox, kh, kw, ph, pw, sh, sw, height, width)
                     g = dy[n, c, oy, ox] / size
-                    for yy in range(hstart, hend):
-                        for xx in range(wstart, wend):
+                    for yy in range(h0, h1):
+                        for xx in range(w0, w1):
                             dx[n, c, yy, xx] += g
 
 
