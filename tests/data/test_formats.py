@@ -143,3 +143,26 @@ def test_shipped_mnist_copy_is_the_shared_one():
             assert a.read() == b.read()
     images = read_idx(os.path.join(ROOT, 'data', 'mnist', 't10k-images-idx3-ubyte.gz'), 2051)
     assert images.shape == (10000, 28, 28)
+
+
+def test_image_data_layer_reads_like_convert_imageset(tmp_path, monkeypatch):
+    pytest.importorskip('cv2')
+    monkeypatch.chdir(formats())
+    net = caffe.Net('layer { name: "d" type: "ImageData" top: "data" top: "label" '
+                    'image_data_param { source: "list.txt" root_folder: "images/" batch_size: 4 } }', caffe.TEST)
+    golden = np.load('imageset_raw.npz')
+    net.forward()
+    for i in range(4):
+        assert np.array_equal(net.blobs['data'].data[i], golden['data/%d' % i].astype(np.float32))
+        assert net.blobs['label'].data[i] == golden['labels'][i]
+    resized = caffe.Net('layer { name: "d" type: "ImageData" top: "data" top: "label" '
+                        'image_data_param { source: "list.txt" root_folder: "images/" batch_size: 2 '
+                        'new_height: 20 new_width: 24 shuffle: true } }', caffe.TRAIN)
+    resized.forward()
+    assert resized.blobs['data'].shape == (2, 3, 20, 24)
+
+
+def test_window_data_is_a_clear_error():
+    with pytest.raises(caffe.CaffeError, match='WindowData'):
+        caffe.Net('layer { name: "w" type: "WindowData" top: "data" top: "label" '
+                  'window_data_param { source: "w.txt" batch_size: 2 } }', caffe.TEST)
