@@ -80,7 +80,7 @@ class Net:
 
     def __init__(self, model, *args, weights=None, phase=None, level=0, stages=(), source=None):
         args = list(args)
-        if args and isinstance(args[0], (str, bytes)) and not isinstance(args[0], int):
+        if args and isinstance(args[0], (str, bytes)):  # Net(model, weights, phase)
             weights = args.pop(0)
         if args:
             phase = args.pop(0)
@@ -493,7 +493,10 @@ class Net:
                 chunk[name] = part
             outs = self.forward(blobs=blobs, **chunk)
             for name, value in outs.items():
-                all_outs[name].extend(value.copy())
+                if value.ndim == 0:  # a scalar output (a loss) per batch
+                    all_outs[name].append(value.copy())
+                else:
+                    all_outs[name].extend(value.copy())
         return {name: np.asarray(values[:n]) for name, values in all_outs.items()}
 
     def set_input_arrays(self, data, labels):

@@ -262,3 +262,13 @@ def test_gpu_mode_warns_once_and_runs(caplog):
     caffe.set_device(0)
     caffe.set_mode_cpu()
     make().forward()
+
+
+def test_forward_all_batches_and_pads():
+    net = caffe.Net('layer { name: "i" type: "Input" top: "data" input_param { shape { dim: 4 dim: 3 } } }'
+                    'layer { name: "ip" type: "InnerProduct" bottom: "data" top: "ip" '
+                    'inner_product_param { num_output: 2 weight_filler { type: "gaussian" } } }', caffe.TEST)
+    x = np.random.default_rng(0).standard_normal((10, 3)).astype(np.float32)
+    out = net.forward_all(data=x)
+    w = net.params['ip'][0].data
+    assert out['ip'].shape == (10, 2) and np.allclose(out['ip'], x @ w.T, atol=1e-5)
