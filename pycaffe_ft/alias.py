@@ -6,7 +6,6 @@ Installed only on request (``pycaffe-ft install-caffe-alias``) and never over an
 """
 import os
 import site
-import sys
 
 from .errors import CaffeError
 

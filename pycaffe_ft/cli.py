@@ -63,7 +63,6 @@ def _stages(value):
 @command('info', 'versions, BLAS, threads, MPI and ULFM availability')
 def cmd_info(args):
     import platform
-    import subprocess
 
     import numba
     import numpy as np

@@ -2,8 +2,6 @@
 import signal
 import sys
 
-import numpy as np
-
 from .errors import SolverError
 from .log import logger
 

@@ -1,6 +1,4 @@
 """caffe.Classifier and caffe.Detector on a small deploy net; caffe.draw."""
-import os
-
 import numpy as np
 import pytest
 

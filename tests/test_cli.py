@@ -29,7 +29,8 @@ def test_info_reports_versions_and_mpi(capsys):
     assert 'numpy' in out and 'numba' in out and 'ULFM' in out and 'BLAS' in out
 
 
-def test_time_prints_caffe_style_report_with_synthetic_data(capsys):
+def test_time_prints_caffe_style_report_with_synthetic_data(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the model's relative LMDB paths do not exist here
     model = os.path.join(ROOT, 'models', 'lenet', 'lenet_train_test.prototxt')
     assert cli.main(['time', '-model', model, '-iterations', '2']) == 0
     out = capsys.readouterr().out

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import pycaffe_ft as caffe
-from pycaffe_ft.errors import CaffeError, PrototxtError, UnknownLayerTypeError
+from pycaffe_ft.errors import CaffeError, PrototxtError
 from pycaffe_ft.netspec_io import load_net_param, load_solver_param
 from pycaffe_ft.synthetic_inputs import replace_data_layers
 from tests.helpers import SHARED, shared_path

@@ -9,7 +9,6 @@ import pycaffe_ft as caffe
 from pycaffe_ft.errors import NetError, ShapeError, UnknownLayerTypeError, WeightsError
 from pycaffe_ft.net import Net
 from pycaffe_ft.proto import caffe_pb2
-from pycaffe_ft.proto.io import parse_text
 
 MLP = '''
 name: "mlp"

@@ -1,6 +1,4 @@
 """caffe.io as pycaffe documents it: protos, datums, images, oversampling, Transformer."""
-import os
-
 import numpy as np
 import pytest
 

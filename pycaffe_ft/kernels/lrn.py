@@ -1,6 +1,5 @@
 """Local response normalisation across channels: scale = k + alpha/n * sum of squares over a
 window of n channels (starting (n-1)/2 before), y = x * scale^-beta."""
-import numpy as np
 from numba import njit
 
 

@@ -201,10 +201,8 @@ class BiasLayer(Layer):
         dy = top[0].diff.reshape(self.outer, self.dim, self.inner)
         if propagate_down[0] and top[0] is not bottom[0]:
             bottom[0].diff[...] = top[0].diff
-        g = None
         if self.learned and self.param_propagate_down[0]:
-            g = dy.sum(axis=(0, 2), dtype=np.float64)
-            self.blobs[0].diff.reshape(-1)[...] += g
+            self.blobs[0].diff.reshape(-1)[...] += dy.sum(axis=(0, 2), dtype=np.float64)
         elif not self.learned and propagate_down[1]:
             bottom[1].diff.reshape(-1)[...] = dy.sum(axis=(0, 2), dtype=np.float64)
 

@@ -1,7 +1,6 @@
 """``type: "Python"``: a user class with pycaffe's interface, found on sys.path or next to the
 net definition."""
 import importlib
-import os
 import sys
 
 from ..blob import Blob

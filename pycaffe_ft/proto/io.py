@@ -116,7 +116,6 @@ def _layer_blocks(text):
     blocks, depth, current = [], 0, None
     for lineno, raw in enumerate(text.splitlines(), 1):
         line = _strip_comments(raw)
-        pos = 0
         for m in re.finditer(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'|[{}]|\b(layers?)\b\s*:?\s*(?=\{)'
                              r'|\bname\s*:\s*"((?:[^"\\]|\\.)*)"', line):
             tok = m.group(0)
@@ -133,7 +132,6 @@ def _layer_blocks(text):
             elif m.group(2) is not None and depth == 1 and current is not None \
                     and current[2] is None:
                 current[2] = m.group(2)
-            pos = m.end()
     if current is not None:
         current[1] = len(text.splitlines())
         blocks.append(tuple(current))

@@ -1,5 +1,4 @@
 """MemoryData, HDF5Data, HDF5Output and Python layers."""
-import os
 import textwrap
 
 import numpy as np

@@ -1,6 +1,4 @@
 """Gradient checks of LSTM, RNN (also with static input and exposed hidden state) and LSTMUnit."""
-import numpy as np
-
 from tests.gradient_checker import LayerTestCase
 
 CONT = ((3, 2), 'labels:2')

@@ -16,7 +16,7 @@ import pycaffe_ft as caffe
 from pycaffe_ft.errors import SolverError
 from pycaffe_ft.proto import caffe_pb2
 from pycaffe_ft.proto.io import read_binary
-from tests.helpers import ROOT, shared_path
+from tests.helpers import shared_path
 
 NET = '''name: "tiny"
 layer { name: "data" type: "Data" top: "data" top: "label" include { phase: TRAIN }
