@@ -5,6 +5,7 @@ COMM_WORLD with MPI.ERRORS_RETURN; process failures raise :class:`ProcessFailure
 ``recover()`` revokes, shrinks and agrees). ``mpi4py.MPI`` is imported only when an MPI
 communicator is created.
 """
+import os
 import time
 
 import numpy as np
@@ -84,10 +85,21 @@ class MPIComm:
             pass
 
 
+def ulfm_enabled_by_launcher():
+    """False when Open MPI started this rank without ULFM (mpiexec lacked --with-ft ulfm)."""
+    if 'OMPI_COMM_WORLD_SIZE' not in os.environ:
+        return True  # another MPI, or a singleton: rely on the library
+    return os.environ.get('OMPI_MCA_mpi_ft_enable', '0') not in ('0', 'false', '')
+
+
 class ULFMComm(MPIComm):
     """ULFM: collectives raise ProcessFailure; ``recover()`` = Revoke, Shrink, Agree."""
 
     def __init__(self):
+        if not ulfm_enabled_by_launcher():
+            raise CaffeError('fault tolerance needs ULFM, but this job was started without it: run '
+                             'mpiexec --with-ft ulfm --mca btl tcp,self ... (or let pycaffe-ft train '
+                             '--np N start the ranks), or train with --ft off for fail-stop MPI')
         from mpi4py import MPI
         self.MPI = MPI
         if not all(hasattr(MPI.Comm, name) for name in ('Revoke', 'Shrink', 'Agree')):

@@ -162,3 +162,12 @@ def test_fail_stop_without_ft_ends_the_job(tmp_path, mnist):
                            '--np', '2', '--ft', 'off', '--inject-fault', '1:3'], cwd=str(job), env=env,
                           capture_output=True, text=True, timeout=240)
     assert proc.returncode != 0
+
+
+def test_without_ulfm_a_clear_message(tmp_path, mnist):
+    from pycaffe_ft.parallel.launcher import mpiexec_command
+    job = make_job(tmp_path, mnist, max_iter=2)
+    cmd = mpiexec_command(2, ['train', '--solver', 'solver.prototxt'], ft=False)
+    proc = subprocess.run(cmd, cwd=str(job), capture_output=True, text=True, timeout=240)
+    assert proc.returncode != 0
+    assert '--with-ft ulfm' in proc.stderr and '--ft off' in proc.stderr
