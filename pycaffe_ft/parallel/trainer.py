@@ -39,6 +39,7 @@ class DataParallelSolver(Solver):
         self.min_ranks = min_ranks
         self.hosting = assign(self.V, comm.members)
         self.failures = []
+        self._detect_s = 0.0
         self.samples = 0
         self.ledger_path = ledger
         self._set_root_logging()
@@ -93,9 +94,11 @@ class DataParallelSolver(Solver):
         recover between attempts. An MPI error that recurs with nobody lost is a real error."""
         futile = 0
         while True:
+            started = time.perf_counter()
             try:
                 return self._agreed(fn)
             except ProcessFailure as e:
+                self._detect_s = time.perf_counter() - started  # time spent in the failed attempt
                 if not self._recover(what):
                     futile += 1
                     if futile >= 3:
@@ -242,9 +245,10 @@ class DataParallelSolver(Solver):
         recompute = time.perf_counter() - t0
         total = time.perf_counter() - t_detect
         self.failures.append({'iter': self.iter, 'phase': phase, 'dead': dead, 'recovery_s': total})
-        logger.warning('Recovered from the failure of ranks %s at iteration %d (%s): shrink+agree %.3fs, '
-                       'orphaned micro-batches recomputed in %.3fs, total %.3fs; world size now %d; '
-                       'workers %s', dead, self.iter, phase, seconds, recompute, total, self.comm.size,
+        logger.warning('Recovered from the failure of ranks %s at iteration %d (%s): detected after %.3fs in '
+                       'the collective, shrink+agree %.3fs, orphaned micro-batches recomputed in %.3fs, '
+                       'total %.3fs; world size now %d; workers %s', dead, self.iter, phase,
+                       self._detect_s, seconds, recompute, total, self.comm.size,
                        {r: w for r, w in self.hosting.items()})
         if not was_root and self.is_root:
             logger.warning('Rank %d is the new root: it logs and snapshots from now on', self.comm.world_rank)
