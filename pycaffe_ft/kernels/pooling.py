@@ -1,14 +1,17 @@
 """Max and average pooling over (N, C, H, W), Caffe's window and divisor rules."""
+import numpy as np
 from numba import njit
 
 
 @njit(cache=True)
 def max_pool_forward(x, kh, kw, ph, pw, sh, sw, out_h, out_w, y, mask):
     """y and mask (flat argmax index into H*W, as float) are (N, C, out_h, out_w).
-    The first maximum in row-major window order wins (strict >)."""
+    The first maximum in row-major window order wins (strict >), from -FLT_MAX as in Caffe."""
     n_img, channels, height, width = x.shape
+    lowest = np.float32(-3.4028234663852886e38)
     for n in range(n_img):
         for c in range(channels):
+            plane = x[n, c]
             for oy in range(out_h):
                 hstart = oy * sh - ph
                 hend = min(hstart + kh, height)
@@ -17,11 +20,12 @@ def max_pool_forward(x, kh, kw, ph, pw, sh, sw, out_h, out_w, y, mask):
                     wstart = ox * sw - pw
                     wend = min(wstart + kw, width)
                     wstart = max(wstart, 0)
-                    best = -3.4028234663852886e38
+                    best = lowest
                     best_idx = -1
                     for yy in range(hstart, hend):
+                        row = plane[yy]
                         for xx in range(wstart, wend):
-                            v = x[n, c, yy, xx]
+                            v = row[xx]
                             if v > best:
                                 best = v
                                 best_idx = yy * width + xx
