@@ -15,7 +15,8 @@ from ..proto.io import array_to_blob, write_binary
 from .datum import datum_to_array, parse_datum
 from .db import DBWriter, open_db
 
-__all__ = ['convert_mnist', 'convert_cifar', 'convert_imageset', 'compute_image_mean', 'read_idx']
+__all__ = ['convert_mnist', 'convert_cifar', 'convert_imageset', 'compute_image_mean', 'read_idx',
+           'read_image_list']
 
 
 class Progress:
@@ -148,22 +149,28 @@ def read_image_to_datum(path, label, resize_height, resize_width, is_color, enco
     return datum
 
 
-def convert_imageset(root_folder, list_file, db_path, resize_height=0, resize_width=0, shuffle=False,
-                     gray=False, encoded=False, encode_type='', backend='lmdb', check_size=False, seed=None):
-    """Caffe's convert_imageset. Returns (records written, lines skipped)."""
+def read_image_list(list_file):
+    """[(path, label)] of a Caffe image list: the label follows the LAST space of each line."""
     if not os.path.exists(list_file):
-        raise DataError('image list %s not found' % list_file)
+        raise DataError('image list %s not found (relative to the working directory %s)' % (list_file, os.getcwd()))
     lines = []
     with open(list_file) as f:
         for raw in f:
             raw = raw.rstrip('\n')
-            if not raw:
+            if not raw.strip():
                 continue
             path, _, label = raw.rpartition(' ')
             try:
                 lines.append((path, int(label)))
             except ValueError:
                 raise DataError('%s: line "%s" does not end in an integer label' % (list_file, raw)) from None
+    return lines
+
+
+def convert_imageset(root_folder, list_file, db_path, resize_height=0, resize_width=0, shuffle=False,
+                     gray=False, encoded=False, encode_type='', backend='lmdb', check_size=False, seed=None):
+    """Caffe's convert_imageset. Returns (records written, lines skipped)."""
+    lines = read_image_list(list_file)
     if shuffle:
         np.random.default_rng(seed).shuffle(lines)
     logger.info('A total of %d images.', len(lines))

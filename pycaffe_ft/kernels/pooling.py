@@ -91,6 +91,13 @@ def ave_pool_backward(dy, kh, kw, ph, pw, sh, sw, dx):
                             dx[n, c, yy, xx] += g
 
 
+@njit(cache=True, inline='always')
+def _unpadded_window(oy, ox, kh, kw, sh, sw, height, width):
+    """Window bounds without padding (STOCHASTIC pooling takes none)."""
+    hstart, wstart = oy * sh, ox * sw
+    return hstart, min(hstart + kh, height), wstart, min(wstart + kw, width)
+
+
 @njit(cache=True)
 def stochastic_pool_train(x, kh, kw, sh, sw, out_h, out_w, u, y, mask):
     """Sample one position per window with probability x / sum(x) (x >= 0) using the uniform
@@ -99,11 +106,8 @@ def stochastic_pool_train(x, kh, kw, sh, sw, out_h, out_w, u, y, mask):
     for n in range(n_img):
         for c in range(channels):
             for oy in range(out_h):
-                hstart = oy * sh
-                hend = min(hstart + kh, height)
                 for ox in range(out_w):
-                    wstart = ox * sw
-                    wend = min(wstart + kw, width)
+                    hstart, hend, wstart, wend = _unpadded_window(oy, ox, kh, kw, sh, sw, height, width)
                     total = 0.0
                     for yy in range(hstart, hend):
                         for xx in range(wstart, wend):
@@ -131,11 +135,8 @@ def stochastic_pool_test(x, kh, kw, sh, sw, out_h, out_w, y):
     for n in range(n_img):
         for c in range(channels):
             for oy in range(out_h):
-                hstart = oy * sh
-                hend = min(hstart + kh, height)
                 for ox in range(out_w):
-                    wstart = ox * sw
-                    wend = min(wstart + kw, width)
+                    hstart, hend, wstart, wend = _unpadded_window(oy, ox, kh, kw, sh, sw, height, width)
                     s = 1.17549435e-38
                     sq = 0.0
                     for yy in range(hstart, hend):

@@ -5,6 +5,7 @@ import os
 
 import numpy as np
 
+from ..data.convert import read_image_list
 from ..data.transformer import DataTransformer
 from ..errors import DataError
 from ..random import new_rng
@@ -27,18 +28,10 @@ class ImageDataLayer(Layer):
             raise self.error('image_data_param.batch_size must be positive')
         if (p.new_height > 0) != (p.new_width > 0):
             raise self.error('current implementation requires new_height and new_width to be set at the same time')
-        if not os.path.exists(p.source):
-            raise self.error('image list "%s" not found (relative to the working directory %s)' % (p.source, os.getcwd()))
-        self.lines = []
-        with open(p.source) as f:
-            for raw in f:
-                raw = raw.rstrip('\n')
-                if raw.strip():
-                    path, _, label = raw.rpartition(' ')
-                    try:
-                        self.lines.append((path, int(label)))
-                    except ValueError:
-                        raise self.error('%s: line "%s" does not end in an integer label' % (p.source, raw)) from None
+        try:
+            self.lines = read_image_list(p.source)
+        except DataError as e:
+            raise self.error(str(e)) from None
         if not self.lines:
             raise self.error('image list "%s" is empty' % p.source)
         self.batch = p.batch_size
