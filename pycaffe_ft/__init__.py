@@ -15,6 +15,7 @@ from .net_spec import NetSpec, layers, params, to_proto
 from .net import Net
 from .proto import caffe_pb2
 from .random import set_random_seed
+from .intra_op import num_threads, set_num_threads
 from .solvers import (NCCL, AdaDeltaSolver, AdaGradSolver, AdamSolver, NesterovSolver,
                       RMSPropSolver, SGDSolver, get_solver)
 from .registry import LAYERS as _LAYERS
@@ -27,7 +28,8 @@ TEST = caffe_pb2.TEST
 __all__ = ['Net', 'Layer', 'Blob', 'NetSpec', 'layers', 'params', 'to_proto', 'io', 'net_spec',
            'Classifier', 'Detector', 'get_solver', 'SGDSolver', 'NesterovSolver', 'AdaGradSolver',
            'RMSPropSolver', 'AdaDeltaSolver', 'AdamSolver', 'NCCL', 'TRAIN', 'TEST', 'CaffeError', 'set_mode_cpu', 'set_mode_gpu',
-           'set_device', 'set_random_seed', 'layer_type_list', 'caffe_pb2', '__version__']
+           'set_device', 'set_random_seed', 'set_num_threads', 'num_threads', 'layer_type_list', 'caffe_pb2',
+           '__version__']
 
 
 def set_mode_cpu():

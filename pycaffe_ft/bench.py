@@ -1,4 +1,7 @@
-"""``pycaffe-ft time``: per-layer forward/backward timing, printed like ``caffe time``."""
+"""``pycaffe-ft time``: per-layer forward/backward timing, printed like ``caffe time``, then the
+throughput of the layers whose cost is known: GFLOP/s of Convolution, Deconvolution and
+InnerProduct beside the SGEMM peak measured at start (so a slow layer stands out), and GB/s
+of Pooling (memory-bound work)."""
 import os
 import time
 
@@ -75,6 +78,7 @@ def time_net(model, iterations=50, phase=0, level=0, stages=(), overrides=None, 
         bwd_total += time.perf_counter() - t_mid
         out('Iteration: %d forward-backward time: %.3f ms.' % (it + 1, (time.perf_counter() - t_iter) * 1e3))
     total = time.perf_counter() - total_start
+    report_throughput(net, fwd / iterations, bwd / iterations, out)
     out('Average time per layer: ')
     for i, name in enumerate(net._layer_names):
         out('%10s\tforward: %.4f ms.' % (name, fwd[i] / iterations * 1e3))
@@ -87,3 +91,66 @@ def time_net(model, iterations=50, phase=0, level=0, stages=(), overrides=None, 
     return {'forward_ms': fwd_total / iterations * 1e3, 'backward_ms': bwd_total / iterations * 1e3,
             'total_ms': total / iterations * 1e3, 'layers': list(net._layer_names),
             'layer_forward_ms': list(fwd / iterations * 1e3), 'layer_backward_ms': list(bwd / iterations * 1e3)}
+
+
+def sgemm_peak():
+    """GFLOP/s of a large float32 GEMM run the way layers run theirs (split over the intra-op
+    threads, BLAS one thread each): the best of 3."""
+    from .intra_op import matmul
+    n = 1536
+    a = np.ones((n, n), np.float32)
+    c = np.empty((n, n), np.float32)
+    matmul(a, a, c)
+    best = min(_seconds(lambda: matmul(a, a, c)) for _ in range(3))
+    return 2.0 * n ** 3 / best / 1e9
+
+
+def _seconds(fn):
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def layer_work(net, i):
+    """(forward, backward) GFLOP of layer i for GEMM layers, or (forward, backward) GB moved
+    for Pooling, or None. Backward counts what the net computes: the weight gradient if the
+    weights learn, the bottom gradient if the bottom needs one."""
+    layer = net.layers[i]
+    bottom, top = net.bottom_vecs[i], net.top_vecs[i]
+    needs_bottom = any(net.bottom_need_backward[i])
+    needs_weights = bool(layer.param_propagate_down) and layer.param_propagate_down[0]
+    if layer.type in ('Convolution', 'Deconvolution'):
+        kh, kw = layer.kernel
+        per_pass = (2.0 * layer.num * len(bottom) * layer.conv_out_channels * layer.conv_in_channels
+                    // layer.group * kh * kw * layer.col_hw[0] * layer.col_hw[1])
+    elif layer.type == 'InnerProduct':
+        per_pass = 2.0 * layer.m * layer.k * layer.num_output
+    elif layer.type == 'Pooling':
+        moved = 4.0 * (bottom[0].count + top[0].count * (2 if layer.method != 1 else 1))
+        return 'GB/s', moved / 1e9, moved / 1e9 if needs_bottom else 0.0
+    else:
+        return None
+    backward = per_pass * (int(needs_weights) + int(needs_bottom)) if net.layer_need_backward[i] else 0.0
+    return 'GFLOP/s', per_pass / 1e9, backward / 1e9
+
+
+def report_throughput(net, fwd_s, bwd_s, out=print):
+    """Print GFLOP/s (and % of the SGEMM peak) or GB/s per layer, forward and backward."""
+    from .intra_op import num_threads
+    rows = [(i, layer_work(net, i)) for i in range(len(net.layers))]
+    rows = [(i, w) for i, w in rows if w is not None]
+    if not rows:
+        return
+    peak = sgemm_peak()
+    out('Throughput per layer (%d thread(s); SGEMM peak measured now: %.1f GFLOP/s):'
+        % (num_threads(), peak))
+    for i, (unit, fwork, bwork) in rows:
+        parts = []
+        for label, work, seconds in (('forward', fwork, fwd_s[i]), ('backward', bwork, bwd_s[i])):
+            if work <= 0 or seconds <= 0:
+                continue
+            rate = work / seconds
+            share = ' (%.0f%% of peak)' % (100.0 * rate / peak) if unit == 'GFLOP/s' else ''
+            parts.append('%s %.1f %s%s' % (label, rate, unit, share))
+        if parts:
+            out('%10s\t%s' % (net._layer_names[i], ', '.join(parts)))

@@ -3,52 +3,75 @@ import numpy as np
 from numba import njit
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True, inline='always')
+def _u(i):
+    return np.uint64(i)
+
+
+@njit(cache=True, nogil=True, inline='always')
+def _valid_span(offset, stride, size, out):
+    """[lo, hi) of the output positions o with 0 <= o*stride + offset < size."""
+    lo = 0 if offset >= 0 else (-offset + stride - 1) // stride
+    last = size - 1 - offset
+    hi = min(last // stride + 1 if last >= 0 else 0, out)
+    return min(lo, hi), hi
+
+
+@njit(cache=True, nogil=True)
 def max_pool_forward(x, kh, kw, ph, pw, sh, sw, out_h, out_w, y, mask):
     """y and mask (flat argmax index into H*W, as float) are (N, C, out_h, out_w).
-    The first maximum in row-major window order wins (strict >), from -FLT_MAX as in Caffe."""
+    The first maximum in row-major window order wins (strict >), from -FLT_MAX as in Caffe.
+    Arrays are C-contiguous, walked flat with unsigned offsets (no wraparound tests) and
+    compared with selects (no unpredictable branches)."""
     n_img, channels, height, width = x.shape
     lowest = np.float32(-3.4028234663852886e38)
-    for n in range(n_img):
-        for c in range(channels):
-            plane = x[n, c]
-            for oy in range(out_h):
-                hstart = oy * sh - ph
-                hend = min(hstart + kh, height)
-                hstart = max(hstart, 0)
-                for ox in range(out_w):
-                    wstart = ox * sw - pw
-                    wend = min(wstart + kw, width)
-                    wstart = max(wstart, 0)
-                    best = lowest
-                    best_idx = -1
-                    for yy in range(hstart, hend):
-                        row = plane[yy]
-                        for xx in range(wstart, wend):
-                            v = row[xx]
-                            if v > best:
-                                best = v
-                                best_idx = yy * width + xx
-                    y[n, c, oy, ox] = best
-                    mask[n, c, oy, ox] = best_idx
+    src = x.reshape(-1)
+    dst = y.reshape(-1)
+    out_arg = mask.reshape(-1)
+    for plane in range(n_img * channels):
+        in_base = plane * height * width
+        for oy in range(out_h):
+            hstart = oy * sh - ph
+            hend = min(hstart + kh, height)
+            hstart = max(hstart, 0)
+            o = (plane * out_h + oy) * out_w
+            for ox in range(out_w):
+                wstart = ox * sw - pw
+                wend = min(wstart + kw, width)
+                wstart = max(wstart, 0)
+                best = lowest
+                best_idx = -1
+                for yy in range(hstart, hend):
+                    row = yy * width
+                    for xx in range(wstart, wend):
+                        v = src[_u(in_base + row + xx)]
+                        better = v > best
+                        best = v if better else best
+                        best_idx = row + xx if better else best_idx
+                dst[_u(o + ox)] = best
+                out_arg[_u(o + ox)] = best_idx
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def max_pool_backward(dy, mask, dx):
     """dx (overwritten) receives each dy at its argmax."""
     n_img, channels, height, width = dx.shape
-    out_h, out_w = dy.shape[2], dy.shape[3]
-    dx[...] = 0.0
-    for n in range(n_img):
-        for c in range(channels):
-            for oy in range(out_h):
-                for ox in range(out_w):
-                    idx = int(mask[n, c, oy, ox])
-                    if idx >= 0:
-                        dx[n, c, idx // width, idx % width] += dy[n, c, oy, ox]
+    out_plane = dy.shape[2] * dy.shape[3]
+    grad = dy.reshape(-1)
+    arg = mask.reshape(-1)
+    dst = dx.reshape(-1)
+    for plane in range(n_img * channels):
+        in_base = plane * height * width
+        out_base = plane * out_plane
+        for p in range(height * width):
+            dst[_u(in_base + p)] = 0.0
+        for p in range(out_plane):
+            idx = int(arg[_u(out_base + p)])
+            if idx >= 0:
+                dst[_u(in_base + idx)] += grad[_u(out_base + p)]
 
 
-@njit(cache=True, inline='always')
+@njit(cache=True, nogil=True, inline='always')
 def _ave_window(oy, ox, kh, kw, ph, pw, sh, sw, height, width):
     """Window bounds clipped to the image, and Caffe's divisor: the window clipped to the
     padded extent (padding counts, beyond it does not)."""
@@ -60,35 +83,62 @@ def _ave_window(oy, ox, kh, kw, ph, pw, sh, sw, height, width):
     return max(hstart, 0), min(hend, height), max(wstart, 0), min(wend, width), size
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def ave_pool_forward(x, kh, kw, ph, pw, sh, sw, out_h, out_w, y):
+    """Float32 sums in row-major window order (Caffe's), a whole output row at a time: for
+    each window offset (ki, kj) the outputs whose window holds it form one span."""
     n_img, channels, height, width = x.shape
-    for n in range(n_img):
-        for c in range(channels):
-            for oy in range(out_h):
-                for ox in range(out_w):
-                    h0, h1, w0, w1, size = _ave_window(oy, ox, kh, kw, ph, pw, sh, sw, height, width)
-                    s = 0.0
-                    for yy in range(h0, h1):
-                        for xx in range(w0, w1):
-                            s += x[n, c, yy, xx]
-                    y[n, c, oy, ox] = s / size
+    src = x.reshape(-1)
+    dst = y.reshape(-1)
+    acc = np.empty(out_w, np.float32)
+    for plane in range(n_img * channels):
+        in_base = plane * height * width
+        for oy in range(out_h):
+            acc[:] = 0.0
+            for ki in range(kh):
+                yy = oy * sh - ph + ki
+                if yy < 0 or yy >= height:
+                    continue
+                row = in_base + yy * width
+                for kj in range(kw):
+                    x_off = kj - pw
+                    lo, hi = _valid_span(x_off, sw, width, out_w)
+                    for ox in range(lo, hi):
+                        acc[_u(ox)] += src[_u(row + ox * sw + x_off)]
+            o = (plane * out_h + oy) * out_w
+            for ox in range(out_w):
+                size = _ave_window(oy, ox, kh, kw, ph, pw, sh, sw, height, width)[4]
+                dst[_u(o + ox)] = acc[ox] / np.float32(size)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def ave_pool_backward(dy, kh, kw, ph, pw, sh, sw, dx):
+    """dx (overwritten) = each dy / window size spread over its window; every dx element
+    receives its terms in Caffe's order (outputs in row-major order)."""
     n_img, channels, height, width = dx.shape
     out_h, out_w = dy.shape[2], dy.shape[3]
-    dx[...] = 0.0
-    for n in range(n_img):
-        for c in range(channels):
-            for oy in range(out_h):
-                for ox in range(out_w):
-                    h0, h1, w0, w1, size = _ave_window(oy, ox, kh, kw, ph, pw, sh, sw, height, width)
-                    g = dy[n, c, oy, ox] / size
-                    for yy in range(h0, h1):
-                        for xx in range(w0, w1):
-                            dx[n, c, yy, xx] += g
+    grad = dy.reshape(-1)
+    dst = dx.reshape(-1)
+    g = np.empty(out_w, np.float32)
+    for plane in range(n_img * channels):
+        in_base = plane * height * width
+        for p in range(height * width):
+            dst[_u(in_base + p)] = 0.0
+        for oy in range(out_h):
+            o = (plane * out_h + oy) * out_w
+            for ox in range(out_w):
+                size = _ave_window(oy, ox, kh, kw, ph, pw, sh, sw, height, width)[4]
+                g[ox] = grad[_u(o + ox)] / np.float32(size)
+            for ki in range(kh):
+                yy = oy * sh - ph + ki
+                if yy < 0 or yy >= height:
+                    continue
+                row = in_base + yy * width
+                for kj in range(kw - 1, -1, -1):  # ascending outputs for each dx element
+                    x_off = kj - pw
+                    lo, hi = _valid_span(x_off, sw, width, out_w)
+                    for ox in range(lo, hi):
+                        dst[_u(row + ox * sw + x_off)] += g[_u(ox)]
 
 
 @njit(cache=True, inline='always')

@@ -1,6 +1,7 @@
 """InnerProduct (fully connected): axis, transpose, bias_term; BLAS GEMM."""
 import numpy as np
 
+from ..intra_op import matmul
 from ..registry import LAYERS
 from .base import Layer
 
@@ -41,23 +42,23 @@ class InnerProductLayer(Layer):
         x = bottom[0].data.reshape(self.m, self.k)
         w = self.blobs[0].data
         y = top[0].data.reshape(self.m, self.num_output)
-        np.matmul(x, w if self.transpose else w.T, out=y)
+        matmul(x, w if self.transpose else w.T, y)
         if self.bias_term:
             y += self.blobs[1].data
 
     def backward(self, top, propagate_down, bottom):
         dy = top[0].diff.reshape(self.m, self.num_output)
         x = bottom[0].data.reshape(self.m, self.k)
-        if self.param_propagate_down[0]:
+        if self.param_propagate_down[0]:  # accumulated in place (BLAS beta = 1)
             if self.transpose:
-                self.blobs[0].diff[...] += x.T @ dy
+                matmul(x.T, dy, self.blobs[0].diff, accumulate=True)
             else:
-                self.blobs[0].diff[...] += dy.T @ x
+                matmul(dy.T, x, self.blobs[0].diff, accumulate=True)
         if self.bias_term and self.param_propagate_down[1]:
             self.blobs[1].diff[...] += dy.sum(axis=0)
         if propagate_down[0]:
             w = self.blobs[0].data
-            np.matmul(dy, w.T if self.transpose else w, out=bottom[0].diff.reshape(self.m, self.k))
+            matmul(dy, w.T if self.transpose else w, bottom[0].diff.reshape(self.m, self.k))
 
 
 @LAYERS.register('Embed')

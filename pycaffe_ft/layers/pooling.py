@@ -4,6 +4,7 @@ import math
 
 import numpy as np
 
+from ..intra_op import for_images
 from ..kernels import pooling as K
 from ..proto import caffe_pb2
 from ..registry import LAYERS
@@ -82,20 +83,29 @@ class PoolingLayer(Layer):
                 K.stochastic_pool_test(bottom[0].data, k[0], k[1], s[0], s[1], self.out_hw[0],
                                        self.out_hw[1], top[0].data)
         elif self.method == _P.MAX:
+            x, y = bottom[0].data, top[0].data
             mask = top[1].data if len(top) > 1 else self._mask
-            K.max_pool_forward(bottom[0].data, *self._args(), self.out_hw[0], self.out_hw[1],
-                               top[0].data, mask)
+            for_images(lambda lo, hi: K.max_pool_forward(x[lo:hi], *self._args(), *self.out_hw,
+                                                         y[lo:hi], mask[lo:hi]), *self._work(x))
         else:
-            K.ave_pool_forward(bottom[0].data, *self._args(), self.out_hw[0], self.out_hw[1],
-                               top[0].data)
+            x, y = bottom[0].data, top[0].data
+            for_images(lambda lo, hi: K.ave_pool_forward(x[lo:hi], *self._args(), *self.out_hw,
+                                                         y[lo:hi]), *self._work(x))
+
+    @staticmethod
+    def _work(x):
+        return x.shape[0], x[0].size
 
     def backward(self, top, propagate_down, bottom):
         if not propagate_down[0]:
             return
         if self.method == _P.STOCHASTIC and self.phase != caffe_pb2.TRAIN:
             raise self.error('STOCHASTIC pooling has no backward in TEST phase (as in Caffe)')
+        dy, dx = top[0].diff, bottom[0].diff
         if self.method in (_P.MAX, _P.STOCHASTIC):
             mask = top[1].data if len(top) > 1 else self._mask
-            K.max_pool_backward(top[0].diff, mask, bottom[0].diff)
+            for_images(lambda lo, hi: K.max_pool_backward(dy[lo:hi], mask[lo:hi], dx[lo:hi]),
+                       *self._work(dx))
         else:
-            K.ave_pool_backward(top[0].diff, *self._args(), bottom[0].diff)
+            for_images(lambda lo, hi: K.ave_pool_backward(dy[lo:hi], *self._args(), dx[lo:hi]),
+                       *self._work(dx))

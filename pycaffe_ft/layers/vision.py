@@ -3,6 +3,7 @@ import math
 
 import numpy as np
 
+from ..intra_op import for_images
 from ..kernels import lrn as KL
 from ..kernels import pooling as KP
 from ..proto import caffe_pb2
@@ -45,8 +46,11 @@ class LRNLayer(Layer):
         x = bottom[0].data
         if self.region == _L.ACROSS_CHANNELS:
             n, c = x.shape[:2]
-            KL.lrn_across_forward(x.reshape(n, c, -1), self.size, self.alpha, self.beta, self.k,
-                                  self.scale.reshape(n, c, -1), top[0].data.reshape(n, c, -1))
+            x3, scale, y = x.reshape(n, c, -1), self.scale.reshape(n, c, -1), top[0].data.reshape(n, c, -1)
+            f32 = np.float32
+            for_images(lambda lo, hi: KL.lrn_across_forward(
+                x3[lo:hi], self.size, f32(self.alpha), f32(self.beta), f32(self.k), scale[lo:hi],
+                y[lo:hi]), n, x[0].size)
             return
         sq = x * x
         avg = np.empty_like(x)
@@ -60,9 +64,14 @@ class LRNLayer(Layer):
         x, y, dy = bottom[0].data, top[0].data, top[0].diff
         if self.region == _L.ACROSS_CHANNELS:
             n, c = x.shape[:2]
-            KL.lrn_across_backward(x.reshape(n, c, -1), y.reshape(n, c, -1), self.scale.reshape(n, c, -1),
-                                   dy.reshape(n, c, -1), self.size, self.alpha, self.beta,
-                                   bottom[0].diff.reshape(n, c, -1))
+            x3, y3, dy3 = x.reshape(n, c, -1), y.reshape(n, c, -1), dy.reshape(n, c, -1)
+            scale, dx = self.scale.reshape(n, c, -1), bottom[0].diff.reshape(n, c, -1)
+            f32 = np.float32
+            # Caffe: 2. * alpha_ * beta_ / size_ with float alpha_, beta_, computed in double
+            ratio_value = f32(2.0 * float(f32(self.alpha)) * float(f32(self.beta)) / self.size)
+            for_images(lambda lo, hi: KL.lrn_across_backward(
+                x3[lo:hi], y3[lo:hi], scale[lo:hi], dy3[lo:hi], self.size, f32(self.beta),
+                ratio_value, dx[lo:hi]), n, x[0].size)
             return
         beta = np.float32(self.beta)
         d_avg = dy * x * (-beta) * self.scale ** (-beta - np.float32(1)) * np.float32(self.alpha)

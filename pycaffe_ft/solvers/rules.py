@@ -1,12 +1,13 @@
-"""Per-parameter update rules (Caffe's ComputeUpdateValue), vectorised over the flat buffer.
+"""Per-parameter update rules (Caffe's ComputeUpdateValue), fused over the flat buffer.
 
-A rule gets the gradient ``g`` (float32, already clipped, normalised and regularised), the
-per-element rate ``rate`` (lr * lr_mult) and its history arrays; it returns the update that
-is subtracted from the weights. It must update the histories in place and must not touch the
-weights.
+A rule's :meth:`UpdateRule.apply` runs one Numba kernel (``kernels/solver_update.py``) on an
+element range: it normalises and regularises the gradient, updates its history arrays in
+place, leaves the update in the gradient buffer (as Caffe leaves it in the diff) and subtracts
+it from the weights. It must touch only that range, so ranges can run on several threads.
 """
 import numpy as np
 
+from ..kernels import solver_update as K
 from ..registry import SOLVERS
 
 __all__ = ['UpdateRule', 'RULES']
@@ -21,77 +22,57 @@ class UpdateRule:
     def __init__(self, param):
         self.param = param
 
-    def compute(self, g, rate, history, iteration):
+    def apply(self, w, g, history, span, iteration):
+        """Update ``w[lo:hi]`` in place. ``span`` = (lo, hi, bounds, rates, decays,
+        iter_scale, regularization) as :mod:`kernels.solver_update` takes them."""
         raise NotImplementedError
 
 
 @SOLVERS.register('SGD')
 class SGD(UpdateRule):
-    def compute(self, g, rate, history, iteration):
-        h = history[0]
-        h *= f32(self.param.momentum)
-        h += rate * g
-        return h.copy()
+    def apply(self, w, g, history, span, iteration):
+        K.sgd(w, g, history[0], *span, f32(self.param.momentum))
 
 
 @SOLVERS.register('Nesterov')
 class Nesterov(UpdateRule):
-    def compute(self, g, rate, history, iteration):
+    def apply(self, w, g, history, span, iteration):
         m = f32(self.param.momentum)
-        h = history[0]
-        previous = h.copy()
-        h *= m
-        h += rate * g
-        return (f32(1) + m) * h - m * previous
+        K.nesterov(w, g, history[0], *span, m, f32(1) + m)
 
 
 @SOLVERS.register('AdaGrad')
 class AdaGrad(UpdateRule):
-    def compute(self, g, rate, history, iteration):
-        h = history[0]
-        h += g * g
-        return rate * (g / (np.sqrt(h) + f32(self.param.delta)))
+    def apply(self, w, g, history, span, iteration):
+        K.adagrad(w, g, history[0], *span, f32(self.param.delta))
 
 
 @SOLVERS.register('RMSProp')
 class RMSProp(UpdateRule):
-    def compute(self, g, rate, history, iteration):
+    def apply(self, w, g, history, span, iteration):
         d = f32(self.param.rms_decay)
-        h = history[0]
-        h *= d
-        h += (f32(1) - d) * (g * g)
-        return rate * (g / (np.sqrt(h) + f32(self.param.delta)))
+        K.rmsprop(w, g, history[0], *span, d, f32(1) - d, f32(self.param.delta))
 
 
 @SOLVERS.register('AdaDelta')
 class AdaDelta(UpdateRule):
     history_blocks = 2
 
-    def compute(self, g, rate, history, iteration):
-        m, delta = f32(self.param.momentum), f32(self.param.delta)
-        h, h_update = history
-        h *= m
-        h += (f32(1) - m) * (g * g)
-        u = g * np.sqrt((h_update + delta) / (h + delta))
-        h_update *= m
-        h_update += (f32(1) - m) * (u * u)
-        return rate * u
+    def apply(self, w, g, history, span, iteration):
+        m = f32(self.param.momentum)
+        K.adadelta(w, g, history[0], history[1], *span, m, f32(1) - m, f32(self.param.delta))
 
 
 @SOLVERS.register('Adam')
 class Adam(UpdateRule):
     history_blocks = 2
 
-    def compute(self, g, rate, history, iteration):
+    def apply(self, w, g, history, span, iteration):
         b1, b2 = f32(self.param.momentum), f32(self.param.momentum2)
-        m, v = history
         t = iteration + 1
         correction = f32(np.sqrt(f32(1) - f32(b2 ** t)) / (f32(1) - f32(b1 ** t)))
-        m *= b1
-        m += (f32(1) - b1) * g
-        v *= b2
-        v += (f32(1) - b2) * (g * g)
-        return (rate * correction) * (m / (np.sqrt(v) + f32(self.param.delta)))
+        K.adam(w, g, history[0], history[1], *span, b1, f32(1) - b1, b2, f32(1) - b2, correction,
+               f32(self.param.delta))
 
 
 RULES = SOLVERS

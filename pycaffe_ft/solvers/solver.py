@@ -8,6 +8,8 @@ import time
 import numpy as np
 
 from ..errors import SolverError
+from ..intra_op import run_chunks
+from ..kernels.solver_update import L1, L2, NO_DECAY
 from ..log import logger
 from ..net import Net
 from ..netspec_io import load_net_param, load_solver_param
@@ -21,6 +23,7 @@ __all__ = ['Solver', 'STOP', 'SNAPSHOT', 'NONE']
 
 NONE, STOP, SNAPSHOT = 'none', 'stop', 'snapshot'
 f32 = np.float32
+_REGULARIZATION = {'L2': L2, 'L1': L1}
 
 
 class Solver:
@@ -53,8 +56,8 @@ class Solver:
         self.rule = rule_cls(p)
         n = self.net.param_data.size
         self.history = [np.zeros(n, np.float32) for _ in range(rule_cls.history_blocks)]
-        self._lr_mult = self._expand(self.net.params_lr)
-        self._decay_mult = self._expand(self.net.params_weight_decay)
+        counts = [b.count for b in self.net.learnable_params]
+        self._bounds = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)]).astype(np.int64)
         self.iter = 0
         self.current_step = 0
         self.losses, self.smoothed_loss = [], 0.0
@@ -118,10 +121,6 @@ class Solver:
             logger.info('Creating test net (#%d)', i)
             nets.append(self._make_net(source, state))
         return nets
-
-    def _expand(self, per_param):
-        counts = [b.count for b in self.net.learnable_params]
-        return np.repeat(np.asarray(per_param, np.float32), counts)
 
     def _share_test_nets(self):
         for net in self.test_nets:
@@ -209,20 +208,28 @@ class Solver:
         return learning_rate(self)
 
     def apply_update(self):
-        """Clip, normalise, regularise, compute the update and apply it (SGDSolver::ApplyUpdate)."""
+        """Clip, normalise, regularise, compute the update and apply it (SGDSolver::ApplyUpdate):
+        after clipping, one fused pass over the flat buffers, split over the threads."""
         p = self.param
         rate = self.learning_rate()
         self.last_lr = rate
         if p.display and self.iter % p.display == 0:
             logger.info('Iteration %d, lr = %g', self.iter, rate)
-        g = self.net.param_diff
+        g, w = self.net.param_diff, self.net.param_data
         self._clip(g)
-        if p.iter_size > 1:
-            g *= f32(1.0 / p.iter_size)
-        self._regularize(g)
-        update = self.rule.compute(g, f32(rate) * self._lr_mult, self.history, self.iter)
-        g[...] = update
-        self.net.param_data -= g
+        if p.weight_decay == 0:
+            regularization = NO_DECAY
+        elif p.regularization_type in _REGULARIZATION:
+            regularization = _REGULARIZATION[p.regularization_type]
+        else:
+            raise SolverError('unknown regularization type "%s"; known: L1, L2' % p.regularization_type)
+        rates = f32(rate) * np.asarray(self.net.params_lr, np.float32)
+        decays = f32(p.weight_decay) * np.asarray(self.net.params_weight_decay, np.float32)
+        iter_scale = f32(1.0 / p.iter_size) if p.iter_size > 1 else f32(1)
+        chunk = 1 << 20  # elements per task: fixed, so the split never depends on the threads
+        run_chunks(lambda lo, hi: self.rule.apply(
+            w, g, self.history, (lo, hi, self._bounds, rates, decays, iter_scale, regularization),
+            self.iter), [(lo, min(lo + chunk, w.size)) for lo in range(0, max(w.size, 1), chunk)])
 
     def _clip(self, g):
         clip = self.param.clip_gradients
@@ -234,19 +241,6 @@ class Solver:
             logger.info('Gradient clipping: scaling down gradients (L2 norm %g > %g) by scale factor %g',
                         norm, clip, scale)
             g *= f32(scale)
-
-    def _regularize(self, g):
-        p = self.param
-        if p.weight_decay == 0:
-            return
-        decay = f32(p.weight_decay) * self._decay_mult
-        w = self.net.param_data
-        if p.regularization_type == 'L2':
-            g += decay * w
-        elif p.regularization_type == 'L1':
-            g += decay * np.sign(w)
-        else:
-            raise SolverError('unknown regularization type "%s"; known: L1, L2' % p.regularization_type)
 
     def _update_smoothed_loss(self, loss, start_iter):
         average = self.param.average_loss

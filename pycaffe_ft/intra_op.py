@@ -1,0 +1,215 @@
+"""Intra-op parallelism: the threads one process uses inside a layer.
+
+Layers split their work into *chunks* (ranges of images) whose boundaries depend only on the
+problem's shape, never on the thread count, and combine per-chunk partial results (weight and
+bias gradients) in chunk order. So a net computes the same bits with 1 thread or 8, and the
+ranks of a data-parallel job stay identical whatever their thread counts.
+
+With more than one thread, the BLAS library is pinned to one thread per call for as long as
+the process runs layers: each chunk's GEMM runs in the thread that owns the chunk, and large
+single GEMMs (InnerProduct) are split into column blocks by :func:`matmul`. (A multi-threaded
+OpenBLAS keeps its idle threads spinning after each call; mixing its threads with ours would
+leave both fighting for the cores.)
+
+The thread count: :func:`set_num_threads`, else the environment (``PYCAFFE_FT_NUM_THREADS``,
+``OMP_NUM_THREADS``, ``OPENBLAS_NUM_THREADS``), else the cores this process may run on.
+"""
+import concurrent.futures
+import ctypes
+import glob
+import os
+import threading
+
+import numpy as np
+
+__all__ = ['num_threads', 'set_num_threads', 'run_chunks', 'for_images', 'image_chunks', 'gemm', 'matmul', 'scratch',
+           'blas_library']
+
+_ENV_VARS = ('PYCAFFE_FT_NUM_THREADS', 'OMP_NUM_THREADS', 'OPENBLAS_NUM_THREADS')
+_state = {'threads': None, 'pool': None, 'blas': False}
+_local = threading.local()
+
+
+def _default_threads():
+    for var in _ENV_VARS:
+        value = os.environ.get(var, '').strip()
+        if value.isdigit() and int(value) > 0:
+            return int(value)
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def num_threads():
+    """Threads a layer may use (at least 1)."""
+    if _state['threads'] is None:
+        _state['threads'] = _default_threads()
+    return _state['threads']
+
+
+def set_num_threads(n):
+    """Use ``n`` threads from now on (``caffe.set_num_threads``); BLAS follows."""
+    n = int(n)
+    if n < 1:
+        raise ValueError('the thread count must be at least 1, got %d' % n)
+    _state['threads'] = n
+    pool = _state['pool']
+    if pool is not None and pool._max_workers != n:
+        pool.shutdown(wait=True)
+        _state['pool'] = None
+    blas = blas_library()
+    if blas is not None:
+        blas.set_threads(1 if n > 1 else n)
+
+
+class _Blas:
+    """The thread switch of the OpenBLAS that NumPy links (found through its exported names)."""
+
+    def __init__(self, lib, prefix, suffix):
+        self.name = prefix + suffix
+        self._set = getattr(lib, '%sset_num_threads%s' % (prefix, suffix))
+        self._get = getattr(lib, '%sget_num_threads%s' % (prefix, suffix))
+        self._set.argtypes = [ctypes.c_int]
+        self._get.restype = ctypes.c_int
+        self._corename = getattr(lib, '%sget_corename%s' % (prefix, suffix), None)
+        if self._corename is not None:
+            self._corename.restype = ctypes.c_char_p
+        self._sgemm = None
+        name = {'scipy_openblas_': 'scipy_cblas_sgemm%s', 'openblas_': 'cblas_sgemm%s'}[prefix] % suffix
+        if hasattr(lib, name):
+            integer = ctypes.c_int64 if suffix else ctypes.c_int
+            self._sgemm = getattr(lib, name)
+            self._sgemm.restype = None
+            self._sgemm.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int, integer, integer, integer,
+                                    ctypes.c_float, ctypes.c_void_p, integer, ctypes.c_void_p, integer,
+                                    ctypes.c_float, ctypes.c_void_p, integer]
+
+    def threads(self):
+        return self._get()
+
+    def set_threads(self, n):
+        self._set(int(n))
+
+    def corename(self):
+        return self._corename().decode() if self._corename is not None else 'unknown'
+
+    def sgemm(self, a, b, c, beta):
+        """c = a @ b + beta c through cblas_sgemm, reading transposed views in place.
+        Returns False (nothing done) where the strides do not suit BLAS."""
+        if self._sgemm is None or c.strides[1] != 4 or a.dtype != np.float32 or b.dtype != np.float32:
+            return False
+        m, n = c.shape
+        k = a.shape[1]
+        ops = []
+        for x in (a, b):
+            if x.strides[1] == 4 and x.strides[0] >= 4 * max(x.shape[1], 1):
+                ops.append((111, x.strides[0] // 4))  # CblasNoTrans, row-major
+            elif x.strides[0] == 4 and x.strides[1] >= 4 * max(x.shape[0], 1):
+                ops.append((112, x.strides[1] // 4))  # CblasTrans of a row-major array
+            else:
+                return False
+        if c.strides[0] < 4 * max(n, 1) or m == 0 or n == 0:
+            return False
+        self._sgemm(101, ops[0][0], ops[1][0], m, n, k, 1.0, a.ctypes.data, ops[0][1],
+                    b.ctypes.data, ops[1][1], beta, c.ctypes.data, c.strides[0] // 4)
+        return True
+
+
+def blas_library():
+    """The NumPy OpenBLAS thread switch, or None where NumPy links another BLAS."""
+    if _state['blas'] is False:
+        _state['blas'] = None
+        roots = [os.path.dirname(np.__file__) + '.libs', os.path.join(os.path.dirname(np.__file__), '.dylibs')]
+        for path in sorted(p for r in roots for p in glob.glob(os.path.join(r, '*openblas*'))):
+            try:
+                lib = ctypes.CDLL(path)
+            except OSError:
+                continue
+            for prefix in ('scipy_openblas_', 'openblas_'):
+                for suffix in ('64_', ''):
+                    if hasattr(lib, '%sset_num_threads%s' % (prefix, suffix)):
+                        _state['blas'] = _Blas(lib, prefix, suffix)
+                        return _state['blas']
+    return _state['blas']
+
+
+def image_chunks(num, per_image, target=1 << 20, min_chunks=4):
+    """Split ``num`` images into ranges of about ``target`` scratch elements each
+    (``per_image`` per image), at least ``min(num, min_chunks)`` of them. Depends only on
+    the shape, so partial sums combine the same way for any thread count."""
+    step = max(1, min(num, target // max(per_image, 1)))
+    step = min(step, max(1, -(-num // min_chunks)))
+    return [(lo, min(lo + step, num)) for lo in range(0, num, step)]
+
+
+def _pool():
+    if _state['pool'] is None:
+        blas = blas_library()
+        if blas is not None:
+            blas.set_threads(1)
+        _state['pool'] = concurrent.futures.ThreadPoolExecutor(
+            max_workers=num_threads(), thread_name_prefix='pycaffe-ft-op')
+    return _state['pool']
+
+
+def run_chunks(fn, chunks):
+    """``[fn(lo, hi) for lo, hi in chunks]``, the calls spread over the threads.
+
+    ``fn`` must write only what belongs to its chunk (its images of a top or bottom, its own
+    partial-result array) and may call NumPy and nogil Numba kernels; results come back in
+    chunk order. With one thread (or one chunk) the calls run here, in order.
+    """
+    if num_threads() == 1 or len(chunks) == 1 or threading.current_thread().name.startswith('pycaffe-ft-op'):
+        return [fn(lo, hi) for lo, hi in chunks]
+    return list(_pool().map(lambda c: fn(c[0], c[1]), chunks))
+
+
+def scratch(name, size, dtype=np.float32):
+    """A per-thread work array of at least ``size`` elements (grown on demand, kept)."""
+    buffers = getattr(_local, 'buffers', None)
+    if buffers is None:
+        buffers = _local.buffers = {}
+    buf = buffers.get(name)
+    if buf is None or buf.size < size or buf.dtype != dtype:
+        buf = buffers[name] = np.empty(max(size, 1), dtype)
+    return buf[:size]
+
+
+def for_images(fn, num, per_image):
+    """``fn(lo, hi)`` over image ranges on the threads: for work whose images are independent
+    (elementwise layers, pooling, normalisation across channels)."""
+    return run_chunks(fn, image_chunks(num, per_image, target=1 << 18))
+
+
+def gemm(a, b, out, accumulate=False):
+    """``out = a @ b`` or, with ``accumulate``, ``out += a @ b`` (2-D float32; transposed
+    views are read in place). Accumulating goes straight into ``out`` through BLAS's beta, with
+    no temporary the size of ``out``."""
+    blas = blas_library()
+    if blas is not None and blas.sgemm(a, b, out, 1.0 if accumulate else 0.0):
+        return out
+    if accumulate:
+        out += a @ b
+    else:
+        np.matmul(a, b, out=out)
+    return out
+
+
+def matmul(a, b, out, accumulate=False):
+    """:func:`gemm`, split into column (or row) blocks over the threads. The blocks depend
+    only on the shape, and each output element is one BLAS dot product either way, so the
+    bits do not depend on the thread count."""
+    m, n = out.shape
+    if num_threads() == 1 or m * n * a.shape[1] < (1 << 22):
+        return gemm(a, b, out, accumulate)
+    if n >= m:
+        run_chunks(lambda lo, hi: gemm(a, b[:, lo:hi], out[:, lo:hi], accumulate), _blocks(n))
+    else:
+        run_chunks(lambda lo, hi: gemm(a[lo:hi], b, out[lo:hi], accumulate), _blocks(m))
+    return out
+
+
+def _blocks(size, parts=8, minimum=64):
+    step = max(minimum, -(-size // parts))
+    return [(lo, min(lo + step, size)) for lo in range(0, size, step)]

@@ -1,0 +1,338 @@
+"""Training (and deploy) speed of pycaffe-ft beside PyTorch on the CPU, measured side by side.
+
+    .venv/bin/pip install -e '.[bench]'          # PyTorch + matplotlib: benchmark only
+    .venv/bin/python tools/bench_train.py [--nets lenet,cifar10_quick,alexnet] [--threads 1,2]
+        [--rounds 3] [--deploy] [--chart bench.png]
+
+Both engines run the same net (``tools/bench_nets.py``; PyTorch's model is translated from the
+very prototxt and starts from pycaffe-ft's initial weights), the same batch, SGD with momentum and
+Caffe's per-blob lr/decay multipliers, synthetic data through Input layers, T threads each, every
+run in a fresh process. Runs are interleaved (ours, torch NCHW, torch channels_last, ours, ...)
+so machine drift cancels in the per-round ratio; the table gives medians over rounds, images/s,
+the ratio ours / torch's faster layout (below 1: pycaffe-ft is faster) and each process's peak
+RSS. ``--deploy`` times forward passes (TEST phase) at batch 1 and 16 instead.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+TRAIN_BATCH = {'lenet': 64, 'cifar10_quick': 100, 'alexnet': 16, 'caffenet': 16, 'googlenet': 16,
+               'resnet18': 16, 'resnet50': 8}
+ITERATIONS = {'lenet': 40, 'cifar10_quick': 15, 'alexnet': 4, 'caffenet': 4, 'googlenet': 4,
+              'resnet18': 4, 'resnet50': 3}
+DEPLOY_NETS = 'lenet,caffenet,googlenet,resnet50'
+
+
+def thread_env(threads):
+    n = str(threads)
+    return dict(os.environ, OMP_NUM_THREADS=n, OPENBLAS_NUM_THREADS=n, MKL_NUM_THREADS=n,
+                NUMBA_NUM_THREADS=n, PYCAFFE_FT_NUM_THREADS=n)
+
+
+# -- the child processes ----------------------------------------------------------------------
+def _build(name, batch, deploy):
+    sys.path.insert(0, HERE)
+    import numpy as np
+    import bench_nets
+    import pycaffe_ft as caffe
+    proto, solver = bench_nets.build(name, batch, deploy)
+    rng = np.random.RandomState(0)
+    data = rng.uniform(-1, 1, (batch,) + tuple(bench_nets.NETS[name][1])).astype(np.float32)
+    label = rng.randint(0, solver['classes'], batch).astype(np.float32)
+    return caffe, proto, solver, data, label
+
+
+def _median_ms(step, iterations, warmup=3):
+    import time
+    for _ in range(warmup):
+        step()
+    times = []
+    for _ in range(iterations):
+        t0 = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - t0)
+    return 1e3 * statistics.median(times)
+
+
+def _peak_rss_mb():
+    import resource
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def child_pycaffe(name, batch, iterations, deploy):
+    caffe, proto, solver, data, label = _build(name, batch, deploy)
+    if deploy:
+        net = caffe.Net(proto, caffe.TEST)
+        net.blobs['data'].data[...] = data
+        ms = _median_ms(net.forward, iterations)
+    else:
+        sp = caffe.proto.caffe_pb2.SolverParameter(
+            base_lr=solver['base_lr'], momentum=solver['momentum'], weight_decay=solver['weight_decay'],
+            lr_policy='fixed', max_iter=10 ** 6, display=0, snapshot_after_train=False, random_seed=1)
+        sp.net_param.CopyFrom(proto)
+        s = caffe.SGDSolver(sp)
+        s.net.blobs['data'].data[...] = data
+        s.net.blobs['label'].data[...] = label
+        ms = _median_ms(lambda: s.step(1), iterations)
+    return {'ms': ms, 'rss_mb': _peak_rss_mb()}
+
+
+class TorchNet:
+    """A PyTorch model run from a pycaffe-ft Net's layer list (same graph, same weights)."""
+
+    def __init__(self, net, torch):
+        self.torch, self.F = torch, torch.nn.functional
+        self.net = net
+        self.params = {}  # (layer name, blob index) -> torch Parameter
+        self.ops = []
+        for i, layer in enumerate(net.layers):
+            name, lp = net._layer_names[i], layer.layer_param
+            bottoms, tops = net.bottom_names[name], net.top_names[name]
+            self.ops.append((self._op(name, layer, lp), bottoms, tops))
+
+    def _param(self, layer_name, layer, index, requires_grad=True):
+        t = self.torch.tensor(layer.blobs[index].data.copy(), requires_grad=requires_grad)
+        self.params[(layer_name, index)] = t
+        return t
+
+    def _op(self, name, layer, lp):
+        F, torch, kind = self.F, self.torch, lp.type
+        if kind in ('Input', 'Silence', 'Accuracy'):
+            return None
+        if kind == 'Split':
+            return lambda xs: [xs[0]] * len(lp.top)
+        if kind == 'Convolution':
+            w = self._param(name, layer, 0)
+            b = self._param(name, layer, 1) if layer.bias_term else None
+            return lambda xs: [F.conv2d(xs[0], w, b, layer.stride, layer.pad, layer.dilation, layer.group)]
+        if kind == 'InnerProduct':
+            w = self._param(name, layer, 0)
+            b = self._param(name, layer, 1) if layer.bias_term else None
+            return lambda xs: [F.linear(xs[0].flatten(1), w, b)]
+        if kind == 'Pooling':
+            p = lp.pooling_param
+            if p.global_pooling:
+                return lambda xs: [F.adaptive_avg_pool2d(xs[0], 1) if p.pool == 1 else F.adaptive_max_pool2d(xs[0], 1)]
+            k, s, pad = layer.kernel, layer.stride, layer.pad
+            if p.pool == 0:
+                return lambda xs: [F.max_pool2d(xs[0], k, s, pad, ceil_mode=True)]
+            return lambda xs: [F.avg_pool2d(xs[0], k, s, pad, ceil_mode=True, count_include_pad=True)]
+        if kind == 'ReLU':
+            slope = lp.relu_param.negative_slope
+            return lambda xs: [F.relu(xs[0]) if slope == 0 else F.leaky_relu(xs[0], slope)]
+        if kind == 'LRN':
+            p = lp.lrn_param
+            return lambda xs: [F.local_response_norm(xs[0], p.local_size, p.alpha, p.beta, p.k)]
+        if kind == 'Dropout':
+            ratio = lp.dropout_param.dropout_ratio
+            return lambda xs: [F.dropout(xs[0], ratio, training=self.training)]
+        if kind == 'Concat':
+            axis = lp.concat_param.axis
+            return lambda xs: [torch.cat(xs, axis)]
+        if kind == 'Eltwise':
+            return lambda xs: [sum(xs[1:], xs[0])]
+        if kind == 'BatchNorm':
+            mean = torch.zeros(layer.blobs[0].count)
+            var = torch.ones(layer.blobs[1].count)
+            eps, momentum = lp.batch_norm_param.eps, 1 - lp.batch_norm_param.moving_average_fraction
+            return lambda xs: [F.batch_norm(xs[0], mean, var, None, None, self.training, momentum, eps)]
+        if kind == 'Scale':
+            s = self._param(name, layer, 0)
+            b = self._param(name, layer, 1) if layer.bias_index is not None else None
+            return lambda xs: [xs[0] * s.view(1, -1, 1, 1) + (b.view(1, -1, 1, 1) if b is not None else 0)]
+        if kind == 'SoftmaxWithLoss':
+            return lambda xs: [F.cross_entropy(xs[0], xs[1].long())]
+        if kind == 'Softmax':
+            return lambda xs: [F.softmax(xs[0], 1)]
+        raise ValueError('no PyTorch translation for layer type %s' % kind)
+
+    def __call__(self, inputs):
+        blobs = dict(inputs)
+        for op, bottoms, tops in self.ops:
+            if op is not None:
+                for name, value in zip(tops, op([blobs[b] for b in bottoms])):
+                    blobs[name] = value
+        return blobs
+
+
+def child_torch(name, batch, iterations, deploy, layout, threads):
+    import torch
+    torch.set_num_threads(threads)
+    caffe, proto, solver, data, label = _build(name, batch, deploy)
+    net = caffe.Net(proto, caffe.TEST if deploy else caffe.TRAIN)
+    model = TorchNet(net, torch)
+    x = torch.from_numpy(data)
+    if layout == 'channels_last':
+        x = x.contiguous(memory_format=torch.channels_last)
+        for key, p in model.params.items():
+            if p.dim() == 4:
+                with torch.no_grad():
+                    model.params[key] = p.detach().contiguous(memory_format=torch.channels_last).requires_grad_()
+    if deploy:
+        model.training = False
+
+        def step():
+            with torch.no_grad():
+                model({'data': x})
+    else:
+        model.training = True
+        y = torch.from_numpy(label)
+        groups = []
+        for blob_id, blob in enumerate(net.learnable_params):
+            layer_name, index = _owner(net, blob)
+            p = model.params.get((layer_name, index))
+            if p is None:
+                continue
+            groups.append(dict(params=[p], lr=solver['base_lr'] * net.params_lr[blob_id],
+                               weight_decay=solver['weight_decay'] * net.params_weight_decay[blob_id]))
+        opt = torch.optim.SGD(groups, lr=solver['base_lr'], momentum=solver['momentum'])
+        loss_name = net.outputs[0]
+
+        def step():
+            opt.zero_grad(set_to_none=True)
+            model({'data': x, 'label': y})[loss_name].backward()
+            opt.step()
+    return {'ms': _median_ms(step, iterations), 'rss_mb': _peak_rss_mb()}
+
+
+def _owner(net, blob):
+    for layer_name, layer in zip(net._layer_names, net.layers):
+        for i, b in enumerate(layer.blobs):
+            if b is blob:
+                return layer_name, i
+    return None, None
+
+
+# -- the parent ---------------------------------------------------------------------------------
+def run_child(args, threads):
+    cmd = [sys.executable, os.path.abspath(__file__), '--child'] + args
+    out = subprocess.run(cmd, capture_output=True, text=True, env=thread_env(threads), timeout=3600)
+    lines = [ln for ln in out.stdout.splitlines() if ln.startswith('{')]
+    if out.returncode or not lines:
+        raise RuntimeError('%s: %s' % (' '.join(args), (out.stderr or out.stdout).strip()[-800:]))
+    return json.loads(lines[-1])
+
+
+def sgemm_peak(threads):
+    """Single-process SGEMM GFLOP/s at ``threads`` (NumPy's BLAS, 2048^3)."""
+    code = ('import numpy as np, time; a=np.ones((2048,2048),np.float32); c=a@a; t=[]\n'
+            'for _ in range(5):\n t0=time.perf_counter(); a@a; t.append(time.perf_counter()-t0)\n'
+            'print(2*2048**3/min(t)/1e9)')
+    out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, env=thread_env(threads))
+    return float(out.stdout.strip() or 'nan')
+
+
+def measure(nets, threads_list, rounds, deploy):
+    rows = []
+    for threads in threads_list:
+        for name in nets:
+            batches = (1, 16) if deploy else (TRAIN_BATCH[name],)
+            for batch in batches:
+                iters = max(5, 2 * ITERATIONS[name]) if deploy else ITERATIONS[name]
+                base = [name, str(batch), str(iters), 'deploy' if deploy else 'train']
+                ours, torch_runs, ratios = [], {'nchw': [], 'channels_last': []}, []
+                for _ in range(rounds):  # interleaved: drift cancels in each round's ratio
+                    a = run_child(['pycaffe'] + base, threads)
+                    b = {fmt: run_child(['torch'] + base + [fmt, str(threads)], threads)
+                         for fmt in ('nchw', 'channels_last')}
+                    ours.append(a)
+                    for fmt in b:
+                        torch_runs[fmt].append(b[fmt])
+                    ratios.append(a['ms'] / min(r['ms'] for r in b.values()))
+                fast = min(torch_runs, key=lambda f: statistics.median(r['ms'] for r in torch_runs[f]))
+                row = dict(net=name, batch=batch, threads=threads,
+                           ours_ms=statistics.median(r['ms'] for r in ours),
+                           torch_ms=statistics.median(r['ms'] for r in torch_runs[fast]), torch_layout=fast,
+                           ratio=statistics.median(ratios),
+                           ours_rss=max(r['rss_mb'] for r in ours),
+                           torch_rss=max(r['rss_mb'] for r in torch_runs[fast]))
+                rows.append(row)
+                print(_row_text(row), flush=True)
+    return rows
+
+
+HEADER = ('| net | batch | threads | pycaffe-ft ms | img/s | PyTorch ms (layout) | img/s | ratio | '
+          'peak RSS MB (ours / torch) |\n|---|---|---|---|---|---|---|---|---|')
+
+
+def _row_text(r):
+    return ('| %s | %d | %d | %.1f | %.1f | %.1f (%s) | %.1f | %.2f | %.0f / %.0f |'
+            % (r['net'], r['batch'], r['threads'], r['ours_ms'], 1e3 * r['batch'] / r['ours_ms'],
+               r['torch_ms'], r['torch_layout'], 1e3 * r['batch'] / r['torch_ms'], r['ratio'],
+               r['ours_rss'], r['torch_rss']))
+
+
+def chart(rows, path, title):
+    try:
+        import matplotlib
+        matplotlib.use('Agg')
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print('(no chart: matplotlib is not installed; pip install -e .[bench])')
+        return
+    labels = ['%s b%d\n%d thr' % (r['net'], r['batch'], r['threads']) for r in rows]
+    xs = range(len(rows))
+    fig, ax = plt.subplots(figsize=(max(6, 1.3 * len(rows)), 4.5))
+    ax.bar([x - 0.2 for x in xs], [1e3 * r['batch'] / r['ours_ms'] for r in rows], 0.4, label='pycaffe-ft')
+    ax.bar([x + 0.2 for x in xs], [1e3 * r['batch'] / r['torch_ms'] for r in rows], 0.4,
+           label='PyTorch (faster layout)')
+    for x, r in zip(xs, rows):
+        ax.annotate('%.2fx' % (1 / r['ratio']), (x - 0.2, 1e3 * r['batch'] / r['ours_ms']),
+                    ha='center', va='bottom', fontsize=8)
+    ax.set_xticks(list(xs))
+    ax.set_xticklabels(labels, fontsize=8)
+    ax.set_ylabel('images / s (higher is better)')
+    ax.set_yscale('log')
+    ax.set_title(title)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    print('chart: %s' % path)
+
+
+def main(argv=None):
+    if argv is None and len(sys.argv) > 1 and sys.argv[1] == '--child':
+        kind, name, batch, iters, mode = sys.argv[2:7]
+        deploy = mode == 'deploy'
+        if kind == 'pycaffe':
+            result = child_pycaffe(name, int(batch), int(iters), deploy)
+        else:
+            result = child_torch(name, int(batch), int(iters), deploy, sys.argv[7], int(sys.argv[8]))
+        print(json.dumps(result))
+        return 0
+    ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    ap.add_argument('--nets', default=None, help='comma-separated, from tools/bench_nets.py')
+    ap.add_argument('--threads', default='1,2')
+    ap.add_argument('--rounds', type=int, default=3)
+    ap.add_argument('--deploy', action='store_true', help='forward-only at batch 1 and 16')
+    ap.add_argument('--chart', default=None, help='PNG bar chart path')
+    ap.add_argument('--json', default=None, help='write the rows as JSON too')
+    args = ap.parse_args(argv)
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        print('PyTorch is not installed: pip install -e .[bench]')
+        return 2
+    nets = (args.nets or (DEPLOY_NETS if args.deploy else 'lenet,cifar10_quick,alexnet')).split(',')
+    threads_list = [int(t) for t in args.threads.split(',')]
+    print('SGEMM peak (NumPy BLAS): %s GFLOP/s' % ', '.join(
+        '%.0f at %d thread(s)' % (sgemm_peak(t), t) for t in threads_list))
+    print(HEADER)
+    rows = measure(nets, threads_list, args.rounds, args.deploy)
+    print('\n' + HEADER)
+    for r in rows:
+        print(_row_text(r))
+    if args.json:
+        with open(args.json, 'w') as f:
+            json.dump(rows, f, indent=1)
+    if args.chart:
+        chart(rows, args.chart, 'forward (deploy)' if args.deploy else 'training, SGD momentum')
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
