@@ -1,8 +1,12 @@
 """The pycaffe-ft command line: help, info, time, gflags spellings, clear errors."""
 import os
+import re
 import subprocess
 import sys
 
+import pytest
+
+import pycaffe_ft as caffe
 from pycaffe_ft import cli
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -37,6 +41,32 @@ def test_time_prints_caffe_style_report_with_synthetic_data(capsys, tmp_path, mo
     assert 'synthetic' in out and '*** Benchmark begins ***' in out
     assert 'conv1\tforward:' in out and 'conv1\tbackward:' in out
     assert 'Average Forward-Backward:' in out and 'Total Time:' in out
+    # throughput: GFLOP/s beside the SGEMM peak for the GEMM layers, GB/s for pooling
+    assert re.search(r'SGEMM peak measured now: [0-9.]+ GFLOP/s', out)
+    for name in ('conv1', 'conv2', 'ip1', 'ip2'):
+        assert re.search(r'%s\tforward [0-9.]+ GFLOP/s \([0-9]+%% of peak\), backward [0-9.]+ GFLOP/s' % name, out)
+    assert re.search(r'pool1\tforward [0-9.]+ GB/s, backward [0-9.]+ GB/s', out)
+
+
+def test_layer_work_counts_two_flops_per_multiply_add():
+    """Oracle: a GEMM layer does top.count multiply-adds per weight of one output."""
+    from pycaffe_ft.bench import layer_work
+    net = caffe.Net('''layer { name: "data" type: "Input" top: "data" top: "label"
+          input_param { shape { dim: 4 dim: 3 dim: 12 dim: 12 } shape { dim: 4 } } }
+        layer { name: "conv1" type: "Convolution" bottom: "data" top: "conv1"
+          convolution_param { num_output: 6 kernel_size: 3 stride: 2 pad: 1 } }
+        layer { name: "conv2" type: "Convolution" bottom: "conv1" top: "conv2"
+          convolution_param { num_output: 4 kernel_size: 3 group: 2 } }
+        layer { name: "ip1" type: "InnerProduct" bottom: "conv2" top: "ip1" inner_product_param { num_output: 5 } }
+        layer { name: "loss" type: "SoftmaxWithLoss" bottom: "ip1" bottom: "label" top: "loss" }''', caffe.TRAIN)
+    for name in ('conv1', 'conv2', 'ip1'):
+        i = list(net._layer_names).index(name)
+        layer, top = net.layers[i], net.top_vecs[i][0]
+        per_output = layer.blobs[0].count // layer.num_output
+        unit, forward, backward = layer_work(net, i)
+        assert unit == 'GFLOP/s' and forward == pytest.approx(2 * top.count * per_output / 1e9)
+        # conv1's bottom is the data (no gradient): weights only; the others: weights and bottom
+        assert backward == pytest.approx(forward * (1 if name == 'conv1' else 2))
 
 
 def test_errors_are_messages_not_tracebacks(tmp_path):

@@ -25,7 +25,28 @@ class TestLRN(LayerTestCase):
     configs = [{'param': 'type: "LRN" lrn_param { local_size: 3 alpha: 0.5 beta: 0.75 k: 2 }',
                 'bottoms': [(2, 5, 2, 2)]},
                {'param': 'type: "LRN" lrn_param { local_size: 3 alpha: 0.5 beta: 0.75 norm_region: WITHIN_CHANNEL }',
-                'bottoms': [(1, 2, 4, 3)]}]
+                'bottoms': [(1, 2, 4, 3)]},
+               # the other power paths of the kernel (0.5: square root; 0.6: powf), more channels
+               # than the window on both sides
+               {'param': 'type: "LRN" lrn_param { local_size: 5 alpha: 0.3 beta: 0.5 }', 'bottoms': [(2, 7, 2, 1)]},
+               {'param': 'type: "LRN" lrn_param { local_size: 5 alpha: 0.3 beta: 0.6 k: 1.5 }', 'bottoms': [(1, 6, 1, 3)]}]
+
+
+def test_lrn_across_channels_matches_the_definition():
+    """y = x (k + alpha/n sum of x^2 over the n channels centred on c)^-beta, in float64."""
+    for size, beta in ((5, 0.75), (3, 0.5), (5, 0.6)):
+        layer, bottom, top = make_layer('type: "LRN" lrn_param { local_size: %d alpha: 0.2 beta: %g k: 1.5 }'
+                                        % (size, beta), 1)
+        x = np.random.default_rng(size).standard_normal((3, 9, 4, 5)).astype(np.float32)
+        bottom[0].reshape(x.shape)
+        bottom[0].data[...] = x
+        layer.setup(bottom, top)
+        layer.run_forward(bottom, top)
+        x64, pre = x.astype(np.float64), (size - 1) // 2
+        for c in range(9):
+            window = x64[:, max(c - pre, 0):min(c - pre + size, 9)]
+            scale = 1.5 + 0.2 / size * (window ** 2).sum(axis=1)
+            np.testing.assert_allclose(top[0].data[:, c], x64[:, c] * scale ** -beta, rtol=2e-6, atol=1e-7)
 
 
 class TestSPP(LayerTestCase):

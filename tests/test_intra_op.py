@@ -1,0 +1,100 @@
+"""Intra-op threads: BLAS calls through cblas (transposed views, accumulation), and the promise
+that a net computes the same bits whatever the thread count."""
+import numpy as np
+import pytest
+
+import pycaffe_ft as caffe
+from pycaffe_ft import intra_op
+
+NET = '''name: "threads" force_backward: true
+layer { name: "data" type: "Input" top: "data" input_param { shape { dim: 12 dim: 3 dim: 19 dim: 19 } } }
+layer { name: "label" type: "Input" top: "label" input_param { shape { dim: 12 } } }
+layer { name: "conv1" type: "Convolution" bottom: "data" top: "conv1"
+        convolution_param { num_output: 16 kernel_size: 5 pad: 2 weight_filler { type: "xavier" }
+                            bias_filler { type: "constant" value: 0.1 } } }
+layer { name: "relu1" type: "ReLU" bottom: "conv1" top: "conv1" }
+layer { name: "norm1" type: "LRN" bottom: "conv1" top: "norm1" lrn_param { local_size: 5 alpha: 0.01 beta: 0.75 } }
+layer { name: "pool1" type: "Pooling" bottom: "norm1" top: "pool1" pooling_param { pool: MAX kernel_size: 3 stride: 2 } }
+layer { name: "conv2" type: "Convolution" bottom: "pool1" top: "conv2"
+        convolution_param { num_output: 8 kernel_size: 3 stride: 2 group: 2 weight_filler { type: "xavier" } } }
+layer { name: "pool2" type: "Pooling" bottom: "conv2" top: "pool2" pooling_param { pool: AVE kernel_size: 2 stride: 1 pad: 1 } }
+layer { name: "ip" type: "InnerProduct" bottom: "pool2" top: "ip" inner_product_param { num_output: 300
+        weight_filler { type: "xavier" } } }
+layer { name: "loss" type: "SoftmaxWithLoss" bottom: "ip" bottom: "label" top: "loss" }
+'''
+
+
+@pytest.fixture
+def restore_threads():
+    before = intra_op.num_threads()
+    yield
+    intra_op.set_num_threads(before)
+
+
+@pytest.mark.parametrize('accumulate', [False, True])
+def test_gemm_reads_transposed_views_and_accumulates(accumulate):
+    rng = np.random.default_rng(0)
+    a, b = rng.random((37, 29), dtype=np.float32), rng.random((29, 41), dtype=np.float32)
+    for a_view in (a, np.ascontiguousarray(a.T).T):
+        for b_view in (b, np.ascontiguousarray(b.T).T):
+            big = rng.random((50, 60), dtype=np.float32)
+            before = big.copy()
+            out = big[3:40, 5:46]  # a strided block of a larger array
+            intra_op.gemm(a_view, b_view, out, accumulate=accumulate)
+            expected = (before[3:40, 5:46] if accumulate else 0) + a.astype(np.float64) @ b
+            np.testing.assert_allclose(out, expected, rtol=1e-5)
+            before[3:40, 5:46] = out
+            assert np.array_equal(before, big), 'gemm wrote outside its output block'
+
+
+
+def _train_state(threads, steps=2):
+    intra_op.set_num_threads(threads)
+    caffe.set_random_seed(5)
+    param = caffe.proto.caffe_pb2.SolverParameter(base_lr=0.05, momentum=0.9, weight_decay=0.001,
+                                                  lr_policy='fixed', display=0, random_seed=5)
+    param.net_param.MergeFrom(caffe.proto.caffe_pb2.NetParameter())
+    from pycaffe_ft.netspec_io import load_net_param
+    net_param, _ = load_net_param(NET)
+    param.net_param.CopyFrom(net_param)
+    solver = caffe.SGDSolver(param)
+    rng = np.random.default_rng(1)
+    solver.net.blobs['data'].data[...] = rng.standard_normal(solver.net.blobs['data'].shape)
+    solver.net.blobs['label'].data[...] = rng.integers(0, 300, 12)
+    solver.step(steps)
+    blobs = {name: (b.data.copy(), b.diff.copy()) for name, b in solver.net.blobs.items()}
+    return solver.net.param_data.copy(), solver.history[0].copy(), blobs
+
+
+def test_one_thread_and_two_compute_the_same_bits(restore_threads):
+    one = _train_state(1)
+    two = _train_state(2)
+    assert np.array_equal(one[0], two[0]), 'weights differ between 1 and 2 threads'
+    assert np.array_equal(one[1], two[1]), 'momentum history differs between 1 and 2 threads'
+    for name in one[2]:
+        assert np.array_equal(one[2][name][0], two[2][name][0]), 'blob %s data' % name
+        assert np.array_equal(one[2][name][1], two[2][name][1]), 'blob %s diff' % name
+
+
+def test_matmul_split_over_threads_is_bitwise_the_single_call(restore_threads):
+    rng = np.random.default_rng(2)
+    a, b = rng.random((16, 2000), dtype=np.float32), rng.random((2000, 1500), dtype=np.float32)
+    intra_op.set_num_threads(1)
+    single = intra_op.matmul(a, b, np.empty((16, 1500), np.float32))
+    intra_op.set_num_threads(2)
+    split = intra_op.matmul(a, b, np.empty((16, 1500), np.float32))
+    assert np.array_equal(single, split)
+
+
+def test_image_chunks_depend_on_the_shape_only():
+    chunks = intra_op.image_chunks(100, 1000, target=5000)
+    assert chunks[0] == (0, 5) and chunks[-1] == (95, 100)
+    assert sum(hi - lo for lo, hi in chunks) == 100
+    assert intra_op.image_chunks(3, 10 ** 9) == [(0, 1), (1, 2), (2, 3)]
+
+
+def test_set_num_threads_rejects_nonsense(restore_threads):
+    with pytest.raises(ValueError, match='at least 1'):
+        caffe.set_num_threads(0)
+    caffe.set_num_threads(3)
+    assert caffe.num_threads() == 3
