@@ -55,7 +55,7 @@ def set_num_threads(n):
         raise ValueError('the thread count must be at least 1, got %d' % n)
     _state['threads'] = n
     pool = _state['pool']
-    if pool is not None and pool._max_workers != n:
+    if pool is not None and pool._max_workers != max(1, n - 1):
         pool.shutdown(wait=True)
         _state['pool'] = None
     blas = blas_library()
@@ -149,7 +149,7 @@ def _pool():
         if blas is not None:
             blas.set_threads(1)
         _state['pool'] = concurrent.futures.ThreadPoolExecutor(
-            max_workers=num_threads(), thread_name_prefix='pycaffe-ft-op')
+            max_workers=max(1, num_threads() - 1), thread_name_prefix='pycaffe-ft-op')
     return _state['pool']
 
 
@@ -158,11 +158,24 @@ def run_chunks(fn, chunks):
 
     ``fn`` must write only what belongs to its chunk (its images of a top or bottom, its own
     partial-result array) and may call NumPy and nogil Numba kernels; results come back in
-    chunk order. With one thread (or one chunk) the calls run here, in order.
+    chunk order. Each thread takes one contiguous run of chunks (the calling thread the last),
+    so a call costs one hand-off per thread, not one per chunk. With one thread (or one chunk)
+    the calls run here, in order.
     """
-    if num_threads() == 1 or len(chunks) == 1 or threading.current_thread().name.startswith('pycaffe-ft-op'):
+    threads = min(num_threads(), len(chunks))
+    if threads <= 1 or threading.current_thread().name.startswith('pycaffe-ft-op'):
         return [fn(lo, hi) for lo, hi in chunks]
-    return list(_pool().map(lambda c: fn(c[0], c[1]), chunks))
+    bounds = [len(chunks) * t // threads for t in range(threads + 1)]
+
+    def run(t):
+        return [fn(lo, hi) for lo, hi in chunks[bounds[t]:bounds[t + 1]]]
+    pool = _pool()
+    futures = [pool.submit(run, t) for t in range(threads - 1)]
+    last = run(threads - 1)
+    results = []
+    for future in futures:
+        results.extend(future.result())
+    return results + last
 
 
 def scratch(name, size, dtype=np.float32):

@@ -18,6 +18,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TRAIN_BATCH = {'lenet': 64, 'cifar10_quick': 100, 'alexnet': 16, 'caffenet': 16, 'googlenet': 16,
@@ -81,69 +82,97 @@ def child_pycaffe(name, batch, iterations, deploy):
     return {'ms': ms, 'rss_mb': _peak_rss_mb()}
 
 
+def export_graph(name, batch, deploy, path):
+    """Write net ``name`` as a graph PyTorch can run without pycaffe-ft: ``path``.json (layers
+    with their attributes, learnable blobs with lr/decay multipliers) and ``path``.npz (the
+    initial weights), so the PyTorch process imports nothing of ours and its RSS is its own."""
+    import numpy as np
+    caffe, proto, solver, data, label = _build(name, batch, deploy)
+    net = caffe.Net(proto, caffe.TEST if deploy else caffe.TRAIN)
+    owner = {id(b): (ln, i) for ln, layer in zip(net._layer_names, net.layers) for i, b in enumerate(layer.blobs)}
+    layers, weights = [], {}
+    for ln, layer in zip(net._layer_names, net.layers):
+        lp, attrs = layer.layer_param, {}
+        if lp.type in ('Convolution', 'Pooling'):
+            attrs.update(stride=list(layer.stride), pad=list(layer.pad))
+        if lp.type == 'Convolution':
+            attrs.update(dilation=list(layer.dilation), group=layer.group)
+        elif lp.type == 'Pooling':
+            p = lp.pooling_param
+            attrs.update(max=p.pool == 0, global_pool=p.global_pooling,
+                         kernel=list(layer.kernel) if not p.global_pooling else None)
+        elif lp.type == 'ReLU':
+            attrs['slope'] = lp.relu_param.negative_slope
+        elif lp.type == 'LRN':
+            p = lp.lrn_param
+            attrs.update(size=p.local_size, alpha=p.alpha, beta=p.beta, k=p.k)
+        elif lp.type == 'Dropout':
+            attrs['ratio'] = lp.dropout_param.dropout_ratio
+        elif lp.type == 'Concat':
+            attrs['axis'] = lp.concat_param.axis
+        elif lp.type == 'BatchNorm':
+            attrs.update(eps=lp.batch_norm_param.eps, channels=layer.blobs[0].count,
+                         momentum=1 - lp.batch_norm_param.moving_average_fraction)
+        for i, blob in enumerate(layer.blobs):
+            weights['%s/%d' % (ln, i)] = blob.data
+        layers.append(dict(name=ln, type=lp.type, bottoms=net.bottom_names[ln], tops=net.top_names[ln],
+                           blobs=len(layer.blobs), attrs=attrs))
+    learnable = [dict(key='%s/%d' % owner[id(b)], lr_mult=lr, decay_mult=dm)
+                 for b, lr, dm in zip(net.learnable_params, net.params_lr, net.params_weight_decay)]
+    spec = dict(layers=layers, learnable=learnable, solver=solver, loss=net.outputs[0])
+    with open(path + '.json', 'w') as f:
+        json.dump(spec, f)
+    np.savez(path + '.npz', data=data, label=label, **weights)
+
+
 class TorchNet:
-    """A PyTorch model run from a pycaffe-ft Net's layer list (same graph, same weights)."""
+    """The exported graph as PyTorch operations (same layers, same initial weights)."""
 
-    def __init__(self, net, torch):
-        self.torch, self.F = torch, torch.nn.functional
-        self.net = net
-        self.params = {}  # (layer name, blob index) -> torch Parameter
-        self.ops = []
-        for i, layer in enumerate(net.layers):
-            name, lp = net._layer_names[i], layer.layer_param
-            bottoms, tops = net.bottom_names[name], net.top_names[name]
-            self.ops.append((self._op(name, layer, lp), bottoms, tops))
+    def __init__(self, spec, arrays, torch, learnable):
+        self.torch, self.F, self.training = torch, torch.nn.functional, True
+        self.params = {}
+        for layer in spec['layers']:
+            for i in range(layer['blobs']):
+                key = '%s/%d' % (layer['name'], i)
+                self.params[key] = torch.tensor(arrays[key], requires_grad=key in learnable)
+        self.ops = [(self._op(layer), layer['bottoms'], layer['tops']) for layer in spec['layers']]
 
-    def _param(self, layer_name, layer, index, requires_grad=True):
-        t = self.torch.tensor(layer.blobs[index].data.copy(), requires_grad=requires_grad)
-        self.params[(layer_name, index)] = t
-        return t
-
-    def _op(self, name, layer, lp):
-        F, torch, kind = self.F, self.torch, lp.type
+    def _op(self, layer):
+        F, torch, kind, a = self.F, self.torch, layer['type'], layer['attrs']
+        p = [self.params.get('%s/%d' % (layer['name'], i)) for i in range(layer['blobs'])]
         if kind in ('Input', 'Silence', 'Accuracy'):
             return None
         if kind == 'Split':
-            return lambda xs: [xs[0]] * len(lp.top)
+            return lambda xs: [xs[0]] * len(layer['tops'])
         if kind == 'Convolution':
-            w = self._param(name, layer, 0)
-            b = self._param(name, layer, 1) if layer.bias_term else None
-            return lambda xs: [F.conv2d(xs[0], w, b, layer.stride, layer.pad, layer.dilation, layer.group)]
+            bias = p[1] if len(p) > 1 else None
+            return lambda xs: [F.conv2d(xs[0], p[0], bias, a['stride'], a['pad'], a['dilation'], a['group'])]
         if kind == 'InnerProduct':
-            w = self._param(name, layer, 0)
-            b = self._param(name, layer, 1) if layer.bias_term else None
-            return lambda xs: [F.linear(xs[0].flatten(1), w, b)]
+            bias = p[1] if len(p) > 1 else None
+            return lambda xs: [F.linear(xs[0].flatten(1), p[0], bias)]
         if kind == 'Pooling':
-            p = lp.pooling_param
-            if p.global_pooling:
-                return lambda xs: [F.adaptive_avg_pool2d(xs[0], 1) if p.pool == 1 else F.adaptive_max_pool2d(xs[0], 1)]
-            k, s, pad = layer.kernel, layer.stride, layer.pad
-            if p.pool == 0:
-                return lambda xs: [F.max_pool2d(xs[0], k, s, pad, ceil_mode=True)]
-            return lambda xs: [F.avg_pool2d(xs[0], k, s, pad, ceil_mode=True, count_include_pad=True)]
+            if a['global_pool']:
+                return lambda xs: [F.adaptive_max_pool2d(xs[0], 1) if a['max'] else F.adaptive_avg_pool2d(xs[0], 1)]
+            if a['max']:
+                return lambda xs: [F.max_pool2d(xs[0], a['kernel'], a['stride'], a['pad'], ceil_mode=True)]
+            return lambda xs: [F.avg_pool2d(xs[0], a['kernel'], a['stride'], a['pad'], ceil_mode=True,
+                                            count_include_pad=True)]
         if kind == 'ReLU':
-            slope = lp.relu_param.negative_slope
-            return lambda xs: [F.relu(xs[0]) if slope == 0 else F.leaky_relu(xs[0], slope)]
+            return lambda xs: [F.relu(xs[0]) if a['slope'] == 0 else F.leaky_relu(xs[0], a['slope'])]
         if kind == 'LRN':
-            p = lp.lrn_param
-            return lambda xs: [F.local_response_norm(xs[0], p.local_size, p.alpha, p.beta, p.k)]
+            return lambda xs: [F.local_response_norm(xs[0], a['size'], a['alpha'], a['beta'], a['k'])]
         if kind == 'Dropout':
-            ratio = lp.dropout_param.dropout_ratio
-            return lambda xs: [F.dropout(xs[0], ratio, training=self.training)]
+            return lambda xs: [F.dropout(xs[0], a['ratio'], training=self.training)]
         if kind == 'Concat':
-            axis = lp.concat_param.axis
-            return lambda xs: [torch.cat(xs, axis)]
+            return lambda xs: [torch.cat(xs, a['axis'])]
         if kind == 'Eltwise':
             return lambda xs: [sum(xs[1:], xs[0])]
         if kind == 'BatchNorm':
-            mean = torch.zeros(layer.blobs[0].count)
-            var = torch.ones(layer.blobs[1].count)
-            eps, momentum = lp.batch_norm_param.eps, 1 - lp.batch_norm_param.moving_average_fraction
-            return lambda xs: [F.batch_norm(xs[0], mean, var, None, None, self.training, momentum, eps)]
+            mean, var = torch.zeros(a['channels']), torch.ones(a['channels'])
+            return lambda xs: [F.batch_norm(xs[0], mean, var, None, None, self.training, a['momentum'], a['eps'])]
         if kind == 'Scale':
-            s = self._param(name, layer, 0)
-            b = self._param(name, layer, 1) if layer.bias_index is not None else None
-            return lambda xs: [xs[0] * s.view(1, -1, 1, 1) + (b.view(1, -1, 1, 1) if b is not None else 0)]
+            bias = p[1] if len(p) > 1 else None
+            return lambda xs: [xs[0] * p[0].view(1, -1, 1, 1) + (bias.view(1, -1, 1, 1) if bias is not None else 0)]
         if kind == 'SoftmaxWithLoss':
             return lambda xs: [F.cross_entropy(xs[0], xs[1].long())]
         if kind == 'Softmax':
@@ -159,19 +188,22 @@ class TorchNet:
         return blobs
 
 
-def child_torch(name, batch, iterations, deploy, layout, threads):
+def child_torch(graph, iterations, deploy, layout, threads):
+    import numpy as np
     import torch
     torch.set_num_threads(threads)
-    caffe, proto, solver, data, label = _build(name, batch, deploy)
-    net = caffe.Net(proto, caffe.TEST if deploy else caffe.TRAIN)
-    model = TorchNet(net, torch)
-    x = torch.from_numpy(data)
+    with open(graph + '.json') as f:
+        spec = json.load(f)
+    arrays = np.load(graph + '.npz')
+    learnable = {entry['key'] for entry in spec['learnable']}
+    model = TorchNet(spec, arrays, torch, learnable if not deploy else set())
+    x = torch.from_numpy(arrays['data'])
     if layout == 'channels_last':
         x = x.contiguous(memory_format=torch.channels_last)
         for key, p in model.params.items():
             if p.dim() == 4:
                 with torch.no_grad():
-                    model.params[key] = p.detach().contiguous(memory_format=torch.channels_last).requires_grad_()
+                    p.set_(p.detach().contiguous(memory_format=torch.channels_last))
     if deploy:
         model.training = False
 
@@ -179,32 +211,17 @@ def child_torch(name, batch, iterations, deploy, layout, threads):
             with torch.no_grad():
                 model({'data': x})
     else:
-        model.training = True
-        y = torch.from_numpy(label)
-        groups = []
-        for blob_id, blob in enumerate(net.learnable_params):
-            layer_name, index = _owner(net, blob)
-            p = model.params.get((layer_name, index))
-            if p is None:
-                continue
-            groups.append(dict(params=[p], lr=solver['base_lr'] * net.params_lr[blob_id],
-                               weight_decay=solver['weight_decay'] * net.params_weight_decay[blob_id]))
-        opt = torch.optim.SGD(groups, lr=solver['base_lr'], momentum=solver['momentum'])
-        loss_name = net.outputs[0]
+        y = torch.from_numpy(arrays['label'])
+        s = spec['solver']
+        groups = [dict(params=[model.params[e['key']]], lr=s['base_lr'] * e['lr_mult'],
+                       weight_decay=s['weight_decay'] * e['decay_mult']) for e in spec['learnable']]
+        opt = torch.optim.SGD(groups, lr=s['base_lr'], momentum=s['momentum'])
 
         def step():
             opt.zero_grad(set_to_none=True)
-            model({'data': x, 'label': y})[loss_name].backward()
+            model({'data': x, 'label': y})[spec['loss']].backward()
             opt.step()
     return {'ms': _median_ms(step, iterations), 'rss_mb': _peak_rss_mb()}
-
-
-def _owner(net, blob):
-    for layer_name, layer in zip(net._layer_names, net.layers):
-        for i, b in enumerate(layer.blobs):
-            if b is blob:
-                return layer_name, i
-    return None, None
 
 
 # -- the parent ---------------------------------------------------------------------------------
@@ -226,18 +243,21 @@ def sgemm_peak(threads):
     return float(out.stdout.strip() or 'nan')
 
 
-def measure(nets, threads_list, rounds, deploy):
+def measure(nets, threads_list, rounds, deploy, workdir):
     rows = []
     for threads in threads_list:
         for name in nets:
             batches = (1, 16) if deploy else (TRAIN_BATCH[name],)
             for batch in batches:
                 iters = max(5, 2 * ITERATIONS[name]) if deploy else ITERATIONS[name]
-                base = [name, str(batch), str(iters), 'deploy' if deploy else 'train']
+                mode = 'deploy' if deploy else 'train'
+                graph = os.path.join(workdir, '%s_b%d_%s' % (name, batch, mode))
+                if not os.path.exists(graph + '.json'):
+                    export_graph(name, batch, deploy, graph)
                 ours, torch_runs, ratios = [], {'nchw': [], 'channels_last': []}, []
                 for _ in range(rounds):  # interleaved: drift cancels in each round's ratio
-                    a = run_child(['pycaffe'] + base, threads)
-                    b = {fmt: run_child(['torch'] + base + [fmt, str(threads)], threads)
+                    a = run_child(['pycaffe', name, str(batch), str(iters), mode], threads)
+                    b = {fmt: run_child(['torch', graph, str(iters), mode, fmt, str(threads)], threads)
                          for fmt in ('nchw', 'channels_last')}
                     ours.append(a)
                     for fmt in b:
@@ -296,12 +316,12 @@ def chart(rows, path, title):
 
 def main(argv=None):
     if argv is None and len(sys.argv) > 1 and sys.argv[1] == '--child':
-        kind, name, batch, iters, mode = sys.argv[2:7]
-        deploy = mode == 'deploy'
-        if kind == 'pycaffe':
-            result = child_pycaffe(name, int(batch), int(iters), deploy)
+        if sys.argv[2] == 'pycaffe':
+            name, batch, iters, mode = sys.argv[3:7]
+            result = child_pycaffe(name, int(batch), int(iters), mode == 'deploy')
         else:
-            result = child_torch(name, int(batch), int(iters), deploy, sys.argv[7], int(sys.argv[8]))
+            graph, iters, mode, layout, threads = sys.argv[3:8]
+            result = child_torch(graph, int(iters), mode == 'deploy', layout, int(threads))
         print(json.dumps(result))
         return 0
     ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
@@ -322,7 +342,8 @@ def main(argv=None):
     print('SGEMM peak (NumPy BLAS): %s GFLOP/s' % ', '.join(
         '%.0f at %d thread(s)' % (sgemm_peak(t), t) for t in threads_list))
     print(HEADER)
-    rows = measure(nets, threads_list, args.rounds, args.deploy)
+    with tempfile.TemporaryDirectory() as workdir:
+        rows = measure(nets, threads_list, args.rounds, args.deploy, workdir)
     print('\n' + HEADER)
     for r in rows:
         print(_row_text(r))

@@ -166,10 +166,13 @@ class ConvolutionLayer(BaseConvolutionLayer):
 
     def _conv_chunks(self):
         """About 512 GEMM columns per chunk (whole images, column buffer at most 4 MB): the
-        sizes at which BLAS ran fastest here, with the buffer still in cache."""
+        sizes at which BLAS ran fastest here, with the buffer still in cache; and at least
+        ~2M multiply-adds, so that small layers do not drown in per-chunk overhead."""
         plane = self.col_hw[0] * self.col_hw[1]
         per_image = self.conv_in_channels * self.kernel[0] * self.kernel[1] * plane
-        images = max(1, min(-(-512 // plane), (1 << 20) // per_image))
+        macs = per_image * self.conv_out_channels // self.group
+        images = max(-(-512 // plane), -(-(1 << 21) // max(macs, 1)))
+        images = max(1, min(images, (1 << 20) // per_image))
         return image_chunks(self.num, per_image, target=images * per_image)
 
     def _col_buffer(self, images):
