@@ -1,19 +1,15 @@
 """Local response normalisation across channels, Caffe's CPU algorithm in float32:
 scale = k + alpha/n * (sum of squares over a window of n channels starting (n-1)/2 before),
 kept as a running window sum over channels (add the head, subtract the tail),
-y = x * scale^-beta. Arrays (N, C, P) are C-contiguous and walked one channel plane at a time
-(vectorised along P). Kernels release the GIL: layers run image ranges on several threads.
+y = x * scale^-beta. Arrays are flat (N, C, P) C-contiguous buffers, walked one channel plane
+at a time; the kernels never allocate (work buffers come from the caller) and release the GIL:
+layers run image ranges on several threads.
 """
 import numpy as np
 from numba import njit
 
 
-@njit(cache=True, nogil=True, inline='always')
-def _u(i):
-    return np.uint64(i)
-
-
-@njit(cache=True, nogil=True, inline='always')
+@njit(cache=True, nogil=True)
 def _neg_pow(s, beta):
     """s^-beta in float32; 0.75 and 0.5 (the usual betas) through square roots, which
     vectorise (within an ulp or two of powf)."""
@@ -26,78 +22,69 @@ def _neg_pow(s, beta):
 
 
 @njit(cache=True, nogil=True)
-def lrn_across_forward(x, size, alpha, beta, k, scale, y):
-    """x, scale, y: (N, C, P) float32; alpha, beta, k float32."""
-    n_img, channels, plane = x.shape
+def lrn_across_forward(src, n_img, channels, plane, size, alpha, beta, k, sc, dst):
+    """src (x), sc (scale), dst (y): flat (n_img, channels, plane) float32; alpha, beta, k
+    float32."""
     pre = (size - 1) // 2
     aos = alpha / np.float32(size)
-    src = x.reshape(-1)
-    sc = scale.reshape(-1)
-    dst = y.reshape(-1)
     for n in range(n_img):
         base = n * channels * plane
         # channel 0: k + aos * x^2 over channels [0, size - pre), in Caffe's order
         for p in range(plane):
-            sc[_u(base + p)] = k
+            sc[np.uint64(base + p)] = k
         for c in range(0, size - pre):
             if c < channels:
                 o = base + c * plane
                 for p in range(plane):
-                    v = src[_u(o + p)]
-                    sc[_u(base + p)] += aos * (v * v)
+                    v = src[np.uint64(o + p)]
+                    sc[np.uint64(base + p)] += aos * (v * v)
         for c in range(1, channels):
             o = base + c * plane
             head = c + size - 1 - pre  # channel entering the window
             tail = c - 1 - pre  # channel leaving it
             for p in range(plane):
-                sc[_u(o + p)] = sc[_u(o - plane + p)]
+                sc[np.uint64(o + p)] = sc[np.uint64(o - plane + p)]
             if head < channels:
                 h = base + head * plane
                 for p in range(plane):
-                    v = src[_u(h + p)]
-                    sc[_u(o + p)] += aos * (v * v)
+                    v = src[np.uint64(h + p)]
+                    sc[np.uint64(o + p)] += aos * (v * v)
             if tail >= 0:
                 t = base + tail * plane
                 for p in range(plane):
-                    v = src[_u(t + p)]
-                    sc[_u(o + p)] += -aos * (v * v)
+                    v = src[np.uint64(t + p)]
+                    sc[np.uint64(o + p)] += -aos * (v * v)
         for i in range(base, base + channels * plane):
-            dst[_u(i)] = _neg_pow(sc[_u(i)], beta) * src[_u(i)]
+            dst[np.uint64(i)] = _neg_pow(sc[np.uint64(i)], beta) * src[np.uint64(i)]
 
 
 @njit(cache=True, nogil=True)
-def lrn_across_backward(x, y, scale, dy, size, beta, ratio_value, dx):
-    """dx = dy scale^-beta - ratio_value x * sum over the window of dy y / scale, with
-    ratio_value = 2 alpha beta / n (float32)."""
-    n_img, channels, plane = x.shape
+def lrn_across_backward(xs, ys, sc, gs, n_img, channels, plane, size, beta, ratio_value, out,
+                        ratio, accum):
+    """out (dx) = gs (dy) sc^-beta - ratio_value xs * sum over the window of gs ys / sc, with
+    ratio_value = 2 alpha beta / n (float32); flat (n_img, channels, plane) arrays. Work
+    buffers: ``ratio`` (channels*plane) and ``accum`` (plane)."""
     post = size - (size + 1) // 2  # channels after c whose window holds c
-    xs = x.reshape(-1)
-    ys = y.reshape(-1)
-    sc = scale.reshape(-1)
-    gs = dy.reshape(-1)
-    out = dx.reshape(-1)
-    ratio = np.empty(channels * plane, np.float32)
-    accum = np.empty(plane, np.float32)
     for n in range(n_img):
         base = n * channels * plane
         for i in range(channels * plane):
-            k = _u(base + i)
-            ratio[_u(i)] = gs[k] * ys[k] / sc[k]
+            k = np.uint64(base + i)
+            ratio[np.uint64(i)] = gs[k] * ys[k] / sc[k]
             out[k] = gs[k] * _neg_pow(sc[k], beta)
         accum[:] = 0.0
         for c in range(-post, size - 1 - post):
             if 0 <= c < channels:
                 for p in range(plane):
-                    accum[_u(p)] += ratio[_u(c * plane + p)]
+                    accum[np.uint64(p)] += ratio[np.uint64(c * plane + p)]
         for c in range(channels):
             head = c + size - 1 - post
             if head < channels:
                 for p in range(plane):
-                    accum[_u(p)] += ratio[_u(head * plane + p)]
+                    accum[np.uint64(p)] += ratio[np.uint64(head * plane + p)]
             o = base + c * plane
             for p in range(plane):
-                out[_u(o + p)] += -ratio_value * (xs[_u(o + p)] * accum[_u(p)])
+                out[np.uint64(o + p)] += -ratio_value * (xs[np.uint64(o + p)] * accum[np.uint64(p)])
             tail = c - post
             if tail >= 0:
                 for p in range(plane):
-                    accum[_u(p)] += -ratio[_u(tail * plane + p)]
+                    accum[np.uint64(p)] += -ratio[np.uint64(tail * plane + p)]

@@ -1,14 +1,15 @@
-"""Max and average pooling over (N, C, H, W), Caffe's window and divisor rules."""
+"""Max and average pooling over (N, C, H, W), Caffe's window and divisor rules.
+
+MAX and AVE kernels take flat (1-D, C-contiguous) arrays and the geometry ``planes`` (N*C),
+``height``, ``width``, ``kh, kw, ph, pw, sh, sw, out_h, out_w``; they index with unsigned
+offsets, never allocate (work rows come from the caller) and release the GIL, so layers run
+them on several threads, one image range each.
+"""
 import numpy as np
 from numba import njit
 
 
-@njit(cache=True, nogil=True, inline='always')
-def _u(i):
-    return np.uint64(i)
-
-
-@njit(cache=True, nogil=True, inline='always')
+@njit(cache=True, nogil=True)
 def _valid_span(offset, stride, size, out):
     """[lo, hi) of the output positions o with 0 <= o*stride + offset < size."""
     lo = 0 if offset >= 0 else (-offset + stride - 1) // stride
@@ -18,17 +19,12 @@ def _valid_span(offset, stride, size, out):
 
 
 @njit(cache=True, nogil=True)
-def max_pool_forward(x, kh, kw, ph, pw, sh, sw, out_h, out_w, y, mask):
-    """y and mask (flat argmax index into H*W, as float) are (N, C, out_h, out_w).
-    The first maximum in row-major window order wins (strict >), from -FLT_MAX as in Caffe.
-    Arrays are C-contiguous, walked flat with unsigned offsets (no wraparound tests) and
+def max_pool_forward(x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, y, mask):
+    """y and mask (flat argmax index into H*W, as float) hold planes*out_h*out_w values.
+    The first maximum in row-major window order wins (strict >), from -FLT_MAX as in Caffe;
     compared with selects (no unpredictable branches)."""
-    n_img, channels, height, width = x.shape
     lowest = np.float32(-3.4028234663852886e38)
-    src = x.reshape(-1)
-    dst = y.reshape(-1)
-    out_arg = mask.reshape(-1)
-    for plane in range(n_img * channels):
+    for plane in range(planes):
         in_base = plane * height * width
         for oy in range(out_h):
             hstart = oy * sh - ph
@@ -44,34 +40,29 @@ def max_pool_forward(x, kh, kw, ph, pw, sh, sw, out_h, out_w, y, mask):
                 for yy in range(hstart, hend):
                     row = yy * width
                     for xx in range(wstart, wend):
-                        v = src[_u(in_base + row + xx)]
+                        v = x[np.uint64(in_base + row + xx)]
                         better = v > best
                         best = v if better else best
                         best_idx = row + xx if better else best_idx
-                dst[_u(o + ox)] = best
-                out_arg[_u(o + ox)] = best_idx
+                y[np.uint64(o + ox)] = best
+                mask[np.uint64(o + ox)] = best_idx
 
 
 @njit(cache=True, nogil=True)
-def max_pool_backward(dy, mask, dx):
-    """dx (overwritten) receives each dy at its argmax."""
-    n_img, channels, height, width = dx.shape
-    out_plane = dy.shape[2] * dy.shape[3]
-    grad = dy.reshape(-1)
-    arg = mask.reshape(-1)
-    dst = dx.reshape(-1)
-    for plane in range(n_img * channels):
-        in_base = plane * height * width
+def max_pool_backward(dy, mask, planes, in_plane, out_plane, dx):
+    """dx (overwritten) receives each dy at its argmax, outputs in row-major order."""
+    for plane in range(planes):
+        in_base = plane * in_plane
         out_base = plane * out_plane
-        for p in range(height * width):
-            dst[_u(in_base + p)] = 0.0
+        for p in range(in_plane):
+            dx[np.uint64(in_base + p)] = 0.0
         for p in range(out_plane):
-            idx = int(arg[_u(out_base + p)])
+            idx = int(mask[np.uint64(out_base + p)])
             if idx >= 0:
-                dst[_u(in_base + idx)] += grad[_u(out_base + p)]
+                dx[np.uint64(in_base + idx)] += dy[np.uint64(out_base + p)]
 
 
-@njit(cache=True, nogil=True, inline='always')
+@njit(cache=True, nogil=True)
 def _ave_window(oy, ox, kh, kw, ph, pw, sh, sw, height, width):
     """Window bounds clipped to the image, and Caffe's divisor: the window clipped to the
     padded extent (padding counts, beyond it does not)."""
@@ -84,17 +75,15 @@ def _ave_window(oy, ox, kh, kw, ph, pw, sh, sw, height, width):
 
 
 @njit(cache=True, nogil=True)
-def ave_pool_forward(x, kh, kw, ph, pw, sh, sw, out_h, out_w, y):
-    """Float32 sums in row-major window order (Caffe's), a whole output row at a time: for
-    each window offset (ki, kj) the outputs whose window holds it form one span."""
-    n_img, channels, height, width = x.shape
-    src = x.reshape(-1)
-    dst = y.reshape(-1)
-    acc = np.empty(out_w, np.float32)
-    for plane in range(n_img * channels):
+def ave_pool_forward(x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, y, acc):
+    """Float32 sums in row-major window order (Caffe's), a whole output row at a time in
+    ``acc`` (out_w floats): for each window offset (ki, kj) the outputs it belongs to form
+    one span."""
+    for plane in range(planes):
         in_base = plane * height * width
         for oy in range(out_h):
-            acc[:] = 0.0
+            for ox in range(out_w):
+                acc[ox] = 0.0
             for ki in range(kh):
                 yy = oy * sh - ph + ki
                 if yy < 0 or yy >= height:
@@ -104,31 +93,26 @@ def ave_pool_forward(x, kh, kw, ph, pw, sh, sw, out_h, out_w, y):
                     x_off = kj - pw
                     lo, hi = _valid_span(x_off, sw, width, out_w)
                     for ox in range(lo, hi):
-                        acc[_u(ox)] += src[_u(row + ox * sw + x_off)]
+                        acc[np.uint64(ox)] += x[np.uint64(row + ox * sw + x_off)]
             o = (plane * out_h + oy) * out_w
             for ox in range(out_w):
                 size = _ave_window(oy, ox, kh, kw, ph, pw, sh, sw, height, width)[4]
-                dst[_u(o + ox)] = acc[ox] / np.float32(size)
+                y[np.uint64(o + ox)] = acc[ox] / np.float32(size)
 
 
 @njit(cache=True, nogil=True)
-def ave_pool_backward(dy, kh, kw, ph, pw, sh, sw, dx):
-    """dx (overwritten) = each dy / window size spread over its window; every dx element
-    receives its terms in Caffe's order (outputs in row-major order)."""
-    n_img, channels, height, width = dx.shape
-    out_h, out_w = dy.shape[2], dy.shape[3]
-    grad = dy.reshape(-1)
-    dst = dx.reshape(-1)
-    g = np.empty(out_w, np.float32)
-    for plane in range(n_img * channels):
+def ave_pool_backward(dy, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, dx, g):
+    """dx (overwritten) = each dy / window size spread over its window; every dx element gets
+    its terms in Caffe's order (outputs in row-major order). ``g``: out_w floats of work."""
+    for plane in range(planes):
         in_base = plane * height * width
         for p in range(height * width):
-            dst[_u(in_base + p)] = 0.0
+            dx[np.uint64(in_base + p)] = 0.0
         for oy in range(out_h):
             o = (plane * out_h + oy) * out_w
             for ox in range(out_w):
                 size = _ave_window(oy, ox, kh, kw, ph, pw, sh, sw, height, width)[4]
-                g[ox] = grad[_u(o + ox)] / np.float32(size)
+                g[ox] = dy[np.uint64(o + ox)] / np.float32(size)
             for ki in range(kh):
                 yy = oy * sh - ph + ki
                 if yy < 0 or yy >= height:
@@ -138,7 +122,7 @@ def ave_pool_backward(dy, kh, kw, ph, pw, sh, sw, dx):
                     x_off = kj - pw
                     lo, hi = _valid_span(x_off, sw, width, out_w)
                     for ox in range(lo, hi):
-                        dst[_u(row + ox * sw + x_off)] += g[_u(ox)]
+                        dx[np.uint64(row + ox * sw + x_off)] += g[np.uint64(ox)]
 
 
 @njit(cache=True, inline='always')

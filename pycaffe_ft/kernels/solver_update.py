@@ -14,12 +14,7 @@ from numba import njit
 NO_DECAY, L2, L1 = 0, 1, 2
 
 
-@njit(cache=True, nogil=True, inline='always')
-def _u(i):
-    return np.uint64(i)
-
-
-@njit(cache=True, nogil=True, inline='always')
+@njit(cache=True, nogil=True)
 def _gradient(g, w, iter_scale, decay, regularization):
     """Normalize by iter_size (iter_scale = 1/iter_size, 1 leaves g as is), then regularize."""
     if iter_scale != 1:
@@ -31,19 +26,14 @@ def _gradient(g, w, iter_scale, decay, regularization):
     return g
 
 
-@njit(cache=True, nogil=True, inline='always')
-def _segment(s, lo, hi, bounds):
-    return max(bounds[s], lo), min(bounds[s + 1], hi)
-
-
 @njit(cache=True, nogil=True)
 def sgd(w, g, h, lo, hi, bounds, rates, decays, iter_scale, regularization, momentum):
     """h = momentum h + rate g; w -= h."""
     for s in range(rates.size):
-        a, b = _segment(s, lo, hi, bounds)
+        a, b = max(bounds[s], lo), min(bounds[s + 1], hi)
         rate, decay = rates[s], decays[s]
         for i in range(a, b):
-            k = _u(i)
+            k = np.uint64(i)
             v = h[k] * momentum + rate * _gradient(g[k], w[k], iter_scale, decay, regularization)
             h[k] = v
             g[k] = v
@@ -55,10 +45,10 @@ def nesterov(w, g, h, lo, hi, bounds, rates, decays, iter_scale, regularization,
              one_plus_momentum):
     """h' = momentum h + rate g; update = (1 + momentum) h' - momentum h."""
     for s in range(rates.size):
-        a, b = _segment(s, lo, hi, bounds)
+        a, b = max(bounds[s], lo), min(bounds[s + 1], hi)
         rate, decay = rates[s], decays[s]
         for i in range(a, b):
-            k = _u(i)
+            k = np.uint64(i)
             previous = h[k]
             v = previous * momentum + rate * _gradient(g[k], w[k], iter_scale, decay, regularization)
             h[k] = v
@@ -71,10 +61,10 @@ def nesterov(w, g, h, lo, hi, bounds, rates, decays, iter_scale, regularization,
 def adagrad(w, g, h, lo, hi, bounds, rates, decays, iter_scale, regularization, delta):
     """h += g^2; update = rate g / (sqrt(h) + delta)."""
     for s in range(rates.size):
-        a, b = _segment(s, lo, hi, bounds)
+        a, b = max(bounds[s], lo), min(bounds[s + 1], hi)
         rate, decay = rates[s], decays[s]
         for i in range(a, b):
-            k = _u(i)
+            k = np.uint64(i)
             gi = _gradient(g[k], w[k], iter_scale, decay, regularization)
             v = h[k] + gi * gi
             h[k] = v
@@ -88,10 +78,10 @@ def rmsprop(w, g, h, lo, hi, bounds, rates, decays, iter_scale, regularization, 
             one_minus_decay, delta):
     """h = decay h + (1 - decay) g^2; update = rate g / (sqrt(h) + delta)."""
     for s in range(rates.size):
-        a, b = _segment(s, lo, hi, bounds)
+        a, b = max(bounds[s], lo), min(bounds[s + 1], hi)
         rate, decay = rates[s], decays[s]
         for i in range(a, b):
-            k = _u(i)
+            k = np.uint64(i)
             gi = _gradient(g[k], w[k], iter_scale, decay, regularization)
             v = h[k] * rms_decay + one_minus_decay * (gi * gi)
             h[k] = v
@@ -106,10 +96,10 @@ def adadelta(w, g, h, h_update, lo, hi, bounds, rates, decays, iter_scale, regul
     """h = m h + (1-m) g^2; u = g sqrt((h_update + delta) / (h + delta));
     h_update = m h_update + (1-m) u^2; update = rate u."""
     for s in range(rates.size):
-        a, b = _segment(s, lo, hi, bounds)
+        a, b = max(bounds[s], lo), min(bounds[s + 1], hi)
         rate, decay = rates[s], decays[s]
         for i in range(a, b):
-            k = _u(i)
+            k = np.uint64(i)
             gi = _gradient(g[k], w[k], iter_scale, decay, regularization)
             v = h[k] * momentum + one_minus_momentum * (gi * gi)
             h[k] = v
@@ -125,10 +115,10 @@ def adam(w, g, m, v, lo, hi, bounds, rates, decays, iter_scale, regularization, 
          one_minus_beta1, beta2, one_minus_beta2, correction, delta):
     """m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2; update = rate correction m / (sqrt(v) + delta)."""
     for s in range(rates.size):
-        a, b = _segment(s, lo, hi, bounds)
+        a, b = max(bounds[s], lo), min(bounds[s + 1], hi)
         rate, decay = rates[s] * correction, decays[s]
         for i in range(a, b):
-            k = _u(i)
+            k = np.uint64(i)
             gi = _gradient(g[k], w[k], iter_scale, decay, regularization)
             mk = m[k] * beta1 + one_minus_beta1 * gi
             vk = v[k] * beta2 + one_minus_beta2 * (gi * gi)

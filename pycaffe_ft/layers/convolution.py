@@ -2,7 +2,7 @@
 import numpy as np
 
 from ..intra_op import image_chunks, run_chunks, scratch
-from ..kernels.im2col import channel_major_to_images, col2im, im2col, images_to_channel_major
+from ..kernels.im2col import col2im, crop_planes, im2col, pad_planes
 from ..registry import LAYERS
 from .base import Layer
 from .geometry import spatial_param
@@ -31,7 +31,6 @@ class BaseConvolutionLayer(Layer):
         if len(dil) not in (0, 1, 2):
             raise self.error('dilation must be given 0, 1 or 2 times')
         self.dilation = (tuple(dil) * 2)[:2] if len(dil) == 1 else (tuple(dil) if dil else (1, 1))
-        self.is_1x1 = self.kernel == (1, 1) and self.stride == (1, 1) and self.pad == (0, 0)
         self.channels = bottom[0].shape[self.channel_axis]
         self.num_output = p.num_output
         if self.num_output <= 0:
@@ -55,7 +54,6 @@ class BaseConvolutionLayer(Layer):
             shapes.append((self.num_output,))
             fillers.append(p.bias_filler)
         self.init_params(shapes, fillers)
-        self._col = np.zeros(0, np.float32)
 
     reverse_dimensions = False
 
@@ -95,28 +93,32 @@ class BaseConvolutionLayer(Layer):
         return [(lo, min(lo + step, self.num)) for lo in range(0, self.num, step)]
 
     def _im2col(self, im):
-        """im (n, C_in, H, W) -> col (C_in*kh*kw, n*P)."""
-        n = im.shape[0]
-        k = self.conv_in_channels * self.kernel[0] * self.kernel[1]
-        p = self.col_hw[0] * self.col_hw[1]
-        if self.is_1x1:
-            return im.reshape(n, k, p).transpose(1, 0, 2).reshape(k, n * p)
-        size = k * n * p
-        if self._col.size < size:
-            self._col = np.empty(size, np.float32)
-        col = self._col[:size].reshape(k, n * p)
-        im2col(im, self.kernel[0], self.kernel[1], self.pad[0], self.pad[1], self.stride[0],
-               self.stride[1], self.dilation[0], self.dilation[1], self.col_hw[0], self.col_hw[1], col)
+        """im (n, C_in, H, W) -> this thread's column buffer (C_in*kh*kw, n*P)."""
+        n, c = im.shape[:2]
+        (h, w), (ph, pw) = im.shape[2:], self.pad
+        k = c * self.kernel[0] * self.kernel[1]
+        col = scratch('conv_col', k * n * self.col_hw[0] * self.col_hw[1]).reshape(k, -1)
+        src = im.reshape(-1)
+        if ph or pw:
+            src = scratch('conv_pad', n * c * (h + 2 * ph) * (w + 2 * pw))
+            pad_planes(im.reshape(-1), n * c, h, w, ph, pw, src)
+        im2col(src, n, c, h + 2 * ph, w + 2 * pw, self.kernel[0], self.kernel[1], self.stride[0],
+               self.stride[1], self.dilation[0], self.dilation[1], self.col_hw[0], self.col_hw[1],
+               col.reshape(-1), col.shape[1])
         return col
 
     def _col2im(self, col, im):
-        """col (C_in*kh*kw, n*P) -> im (n, C_in, H, W), overwritten."""
-        if self.is_1x1:
-            n = im.shape[0]
-            im.reshape(n, im.shape[1], -1)[...] = col.reshape(col.shape[0], n, -1).transpose(1, 0, 2)
-            return
-        col2im(col, self.kernel[0], self.kernel[1], self.pad[0], self.pad[1], self.stride[0],
-               self.stride[1], self.dilation[0], self.dilation[1], self.col_hw[0], self.col_hw[1], im)
+        """col (C_in*kh*kw, n*P) -> im (n, C_in, H, W), overwritten (through a padded buffer)."""
+        n, c = im.shape[:2]
+        (h, w), (ph, pw) = im.shape[2:], self.pad
+        dst = im.reshape(-1)
+        if ph or pw:
+            dst = scratch('conv_pad', n * c * (h + 2 * ph) * (w + 2 * pw))
+        col2im(col.reshape(-1), col.shape[1], n, c, h + 2 * ph, w + 2 * pw, self.kernel[0], self.kernel[1],
+               self.stride[0], self.stride[1], self.dilation[0], self.dilation[1], self.col_hw[0],
+               self.col_hw[1], dst)
+        if ph or pw:
+            crop_planes(dst, n * c, h, w, ph, pw, im.reshape(-1))
 
     def _gemm(self, w, a, transpose_w=False):
         """Per group g: W_g (O_g, K_g) @ a_g (K_g, M) -> (O, M) (or W_g.T @ a_g)."""
@@ -141,19 +143,19 @@ class BaseConvolutionLayer(Layer):
             wdiff[i * o:(i + 1) * o] += dout[i * o:(i + 1) * o] @ col[i * k:(i + 1) * k].T
 
 
-def to_channel_major(a):
-    """(n, C, P) -> (C, n*P) copy."""
+def to_channel_major(a, out=None):
+    """(n, C, P) -> (C, n*P): a copy, or written into ``out``."""
     n, c, p = a.shape
-    return a.transpose(1, 0, 2).reshape(c, n * p)
+    if out is None:
+        return a.transpose(1, 0, 2).reshape(c, n * p)
+    out.reshape(c, n, p)[...] = a.transpose(1, 0, 2)
+    return out
 
 
 def from_channel_major(m, out):
     """(C, n*P) -> out (n, C, P)."""
     n, c, p = out.shape
     out[...] = m.reshape(c, n, p).transpose(1, 0, 2)
-
-
-_NO_BIAS = np.zeros(1, np.float32)
 
 
 @LAYERS.register('Convolution', v1_name='CONVOLUTION')
@@ -175,21 +177,9 @@ class ConvolutionLayer(BaseConvolutionLayer):
         images = max(1, min(images, (1 << 20) // per_image))
         return image_chunks(self.num, per_image, target=images * per_image)
 
-    def _col_buffer(self, images):
-        k = self.conv_in_channels * self.kernel[0] * self.kernel[1]
-        p = images * self.col_hw[0] * self.col_hw[1]
-        return scratch('conv_col', k * p).reshape(k, p)
-
-    def _lower(self, im):
-        """im (n, C, H, W) -> this thread's column buffer (C*kh*kw, n*P)."""
-        col = self._col_buffer(im.shape[0])
-        im2col(im, self.kernel[0], self.kernel[1], self.pad[0], self.pad[1], self.stride[0],
-               self.stride[1], self.dilation[0], self.dilation[1], self.col_hw[0], self.col_hw[1], col)
-        return col
-
     def forward(self, bottom, top):
         w = self.blobs[0].data.reshape(self.num_output, -1)
-        bias = self.blobs[1].data if self.bias_term else _NO_BIAS
+        bias = self.blobs[1].data if self.bias_term else None
         g, o, k = self.group, self.num_output // self.group, w.shape[1]
         plane = self.out_hw[0] * self.out_hw[1]
         for b, t in zip(bottom, top):
@@ -197,11 +187,13 @@ class ConvolutionLayer(BaseConvolutionLayer):
             y = t.data.reshape(self.num, self.num_output, plane)
 
             def chunk(lo, hi):
-                col = self._lower(x[lo:hi])
+                col = self._im2col(x[lo:hi])
                 out = scratch('conv_out', self.num_output * col.shape[1]).reshape(self.num_output, -1)
                 for i in range(g):
                     np.matmul(w[i * o:(i + 1) * o], col[i * k:(i + 1) * k], out=out[i * o:(i + 1) * o])
-                channel_major_to_images(out, bias, self.bias_term, y[lo:hi])
+                from_channel_major(out, y[lo:hi])
+                if self.bias_term:
+                    y[lo:hi] += bias.reshape(1, -1, 1)
             run_chunks(chunk, self._conv_chunks())
 
     def backward(self, top, propagate_down, bottom):
@@ -220,21 +212,20 @@ class ConvolutionLayer(BaseConvolutionLayer):
 
             def chunk(lo, hi):
                 dy_cm = scratch('conv_out', self.num_output * (hi - lo) * plane).reshape(self.num_output, -1)
-                images_to_channel_major(dy[lo:hi], dy_cm)
+                to_channel_major(dy[lo:hi], dy_cm)
                 bias_part = dy_cm.sum(axis=1) if need_b else None
                 w_part = None
                 if need_w:  # (K_g, O_g) per group: the orientation BLAS runs fastest
-                    col = self._lower(x[lo:hi])
+                    col = self._im2col(x[lo:hi])
                     w_part = np.empty((g, k, o), np.float32)
                     for i in range(g):
                         np.matmul(col[i * k:(i + 1) * k], dy_cm[i * o:(i + 1) * o].T, out=w_part[i])
                 if down:
-                    col = self._col_buffer(hi - lo)
+                    rows = self.conv_in_channels * self.kernel[0] * self.kernel[1]
+                    col = scratch('conv_col', rows * dy_cm.shape[1]).reshape(rows, -1)
                     for i in range(g):
                         np.matmul(w[i * o:(i + 1) * o].T, dy_cm[i * o:(i + 1) * o], out=col[i * k:(i + 1) * k])
-                    col2im(col, self.kernel[0], self.kernel[1], self.pad[0], self.pad[1], self.stride[0],
-                           self.stride[1], self.dilation[0], self.dilation[1], self.col_hw[0],
-                           self.col_hw[1], dx[lo:hi])
+                    self._col2im(col, dx[lo:hi])
                 return w_part, bias_part
             parts = run_chunks(chunk, self._conv_chunks())
             if need_w:
@@ -305,11 +296,9 @@ class Im2colLayer(BaseConvolutionLayer):
         self.pad = spatial_param(self, p, 'pad', 0, allow_zero=True)
         dil = list(p.dilation)
         self.dilation = (tuple(dil) * 2)[:2] if len(dil) == 1 else (tuple(dil) if dil else (1, 1))
-        self.is_1x1 = False
         self.channels = self.conv_in_channels = bottom[0].shape[self.channel_axis]
         self.num_output = self.channels * self.kernel[0] * self.kernel[1]
         self.group = 1
-        self._col = np.zeros(0, np.float32)
 
     def forward(self, bottom, top):
         x = bottom[0].data.reshape((self.num, self.channels) + self.in_hw)

@@ -4,7 +4,7 @@ import math
 
 import numpy as np
 
-from ..intra_op import for_images
+from ..intra_op import for_images, scratch
 from ..kernels import pooling as K
 from ..proto import caffe_pb2
 from ..registry import LAYERS
@@ -85,16 +85,18 @@ class PoolingLayer(Layer):
         elif self.method == _P.MAX:
             x, y = bottom[0].data, top[0].data
             mask = top[1].data if len(top) > 1 else self._mask
-            for_images(lambda lo, hi: K.max_pool_forward(x[lo:hi], *self._args(), *self.out_hw,
-                                                         y[lo:hi], mask[lo:hi]), *self._work(x))
+            for_images(lambda lo, hi: K.max_pool_forward(
+                x[lo:hi].reshape(-1), *self._geometry(x, lo, hi), y[lo:hi].reshape(-1),
+                mask[lo:hi].reshape(-1)), x.shape[0], x[0].size)
         else:
             x, y = bottom[0].data, top[0].data
-            for_images(lambda lo, hi: K.ave_pool_forward(x[lo:hi], *self._args(), *self.out_hw,
-                                                         y[lo:hi]), *self._work(x))
+            for_images(lambda lo, hi: K.ave_pool_forward(
+                x[lo:hi].reshape(-1), *self._geometry(x, lo, hi), y[lo:hi].reshape(-1),
+                scratch('pool_row', self.out_hw[1])), x.shape[0], x[0].size)
 
-    @staticmethod
-    def _work(x):
-        return x.shape[0], x[0].size
+    def _geometry(self, x, lo, hi):
+        """Kernel geometry arguments for images [lo, hi) of x (N, C, H, W)."""
+        return ((hi - lo) * x.shape[1], x.shape[2], x.shape[3]) + self._args() + self.out_hw
 
     def backward(self, top, propagate_down, bottom):
         if not propagate_down[0]:
@@ -104,8 +106,10 @@ class PoolingLayer(Layer):
         dy, dx = top[0].diff, bottom[0].diff
         if self.method in (_P.MAX, _P.STOCHASTIC):
             mask = top[1].data if len(top) > 1 else self._mask
-            for_images(lambda lo, hi: K.max_pool_backward(dy[lo:hi], mask[lo:hi], dx[lo:hi]),
-                       *self._work(dx))
+            for_images(lambda lo, hi: K.max_pool_backward(
+                dy[lo:hi].reshape(-1), mask[lo:hi].reshape(-1), (hi - lo) * dx.shape[1], dx[0, 0].size,
+                dy[0, 0].size, dx[lo:hi].reshape(-1)), dx.shape[0], dx[0].size)
         else:
-            for_images(lambda lo, hi: K.ave_pool_backward(dy[lo:hi], *self._args(), dx[lo:hi]),
-                       *self._work(dx))
+            for_images(lambda lo, hi: K.ave_pool_backward(
+                dy[lo:hi].reshape(-1), *self._geometry(dx, lo, hi), dx[lo:hi].reshape(-1),
+                scratch('pool_row', self.out_hw[1])), dx.shape[0], dx[0].size)

@@ -3,7 +3,7 @@ import math
 
 import numpy as np
 
-from ..intra_op import for_images
+from ..intra_op import for_images, scratch
 from ..kernels import lrn as KL
 from ..kernels import pooling as KP
 from ..proto import caffe_pb2
@@ -38,9 +38,11 @@ class LRNLayer(Layer):
         top[0].reshape(bottom[0].shape)
         self.scale = np.empty(bottom[0].shape, np.float32)
 
-    def _pool_args(self):
+    def _plane_geometry(self, x):
+        """WITHIN_CHANNEL: AVE pooling geometry (same-size output, pad (n-1)/2, stride 1)."""
+        n, c, h, w = x.shape
         pad = (self.size - 1) // 2
-        return (self.size, self.size, pad, pad, 1, 1)
+        return (n * c, h, w, self.size, self.size, pad, pad, 1, 1, h, w)
 
     def forward(self, bottom, top):
         x = bottom[0].data
@@ -49,12 +51,13 @@ class LRNLayer(Layer):
             x3, scale, y = x.reshape(n, c, -1), self.scale.reshape(n, c, -1), top[0].data.reshape(n, c, -1)
             f32 = np.float32
             for_images(lambda lo, hi: KL.lrn_across_forward(
-                x3[lo:hi], self.size, f32(self.alpha), f32(self.beta), f32(self.k), scale[lo:hi],
-                y[lo:hi]), n, x[0].size)
+                x3[lo:hi].reshape(-1), hi - lo, c, x3.shape[2], self.size, f32(self.alpha), f32(self.beta),
+                f32(self.k), scale[lo:hi].reshape(-1), y[lo:hi].reshape(-1)), n, x[0].size)
             return
         sq = x * x
         avg = np.empty_like(x)
-        KP.ave_pool_forward(sq, *self._pool_args(), x.shape[2], x.shape[3], avg)
+        KP.ave_pool_forward(sq.reshape(-1), *self._plane_geometry(x), avg.reshape(-1),
+                            np.empty(x.shape[3], np.float32))
         self.scale[...] = 1.0 + np.float32(self.alpha) * avg
         top[0].data[...] = x * self.scale ** np.float32(-self.beta)
 
@@ -69,14 +72,18 @@ class LRNLayer(Layer):
             f32 = np.float32
             # Caffe: 2. * alpha_ * beta_ / size_ with float alpha_, beta_, computed in double
             ratio_value = f32(2.0 * float(f32(self.alpha)) * float(f32(self.beta)) / self.size)
+            plane = x3.shape[2]
             for_images(lambda lo, hi: KL.lrn_across_backward(
-                x3[lo:hi], y3[lo:hi], scale[lo:hi], dy3[lo:hi], self.size, f32(self.beta),
-                ratio_value, dx[lo:hi]), n, x[0].size)
+                x3[lo:hi].reshape(-1), y3[lo:hi].reshape(-1), scale[lo:hi].reshape(-1),
+                dy3[lo:hi].reshape(-1), hi - lo, c, plane, self.size, f32(self.beta), ratio_value,
+                dx[lo:hi].reshape(-1), scratch('lrn_ratio', c * plane), scratch('lrn_accum', plane)),
+                n, x[0].size)
             return
         beta = np.float32(self.beta)
         d_avg = dy * x * (-beta) * self.scale ** (-beta - np.float32(1)) * np.float32(self.alpha)
         d_sq = np.empty_like(x)
-        KP.ave_pool_backward(d_avg, *self._pool_args(), d_sq)
+        KP.ave_pool_backward(np.ascontiguousarray(d_avg).reshape(-1), *self._plane_geometry(x),
+                             d_sq.reshape(-1), np.empty(x.shape[3], np.float32))
         bottom[0].diff[...] = dy * self.scale ** (-beta) + d_sq * 2 * x
 
 
