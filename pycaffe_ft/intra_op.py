@@ -17,6 +17,7 @@ The thread count: :func:`set_num_threads`, else the environment (``PYCAFFE_FT_NU
 import concurrent.futures
 import ctypes
 import glob
+import itertools
 import os
 import threading
 
@@ -158,24 +159,29 @@ def run_chunks(fn, chunks):
 
     ``fn`` must write only what belongs to its chunk (its images of a top or bottom, its own
     partial-result array) and may call NumPy and nogil Numba kernels; results come back in
-    chunk order. Each thread takes one contiguous run of chunks (the calling thread the last),
-    so a call costs one hand-off per thread, not one per chunk. With one thread (or one chunk)
-    the calls run here, in order.
+    chunk order. The threads (the calling one included) claim the next chunk as they finish
+    one, so a core slowed by another process just takes fewer chunks; the results do not
+    depend on who computed what. With one thread (or one chunk) the calls run here, in order.
     """
     threads = min(num_threads(), len(chunks))
     if threads <= 1 or threading.current_thread().name.startswith('pycaffe-ft-op'):
         return [fn(lo, hi) for lo, hi in chunks]
-    bounds = [len(chunks) * t // threads for t in range(threads + 1)]
+    results = [None] * len(chunks)
+    claims = itertools.count()  # next() is atomic under the GIL
 
-    def run(t):
-        return [fn(lo, hi) for lo, hi in chunks[bounds[t]:bounds[t + 1]]]
+    def work():
+        for i in iter(claims.__next__, None):
+            if i >= len(chunks):
+                return
+            results[i] = fn(*chunks[i])
     pool = _pool()
-    futures = [pool.submit(run, t) for t in range(threads - 1)]
-    last = run(threads - 1)
-    results = []
-    for future in futures:
-        results.extend(future.result())
-    return results + last
+    futures = [pool.submit(work) for _ in range(threads - 1)]
+    try:
+        work()
+    finally:
+        for future in futures:
+            future.result()
+    return results
 
 
 def scratch(name, size, dtype=np.float32):

@@ -1,7 +1,8 @@
 """Convolution (2-D, per-dimension pad/stride/kernel, dilation, group, bias) via im2col + BLAS."""
 import numpy as np
 
-from ..intra_op import image_chunks, run_chunks, scratch
+from ..intra_op import gemm as gemm_here
+from ..intra_op import image_chunks, matmul, num_threads, run_chunks, scratch
 from ..kernels.im2col import col2im, crop_planes, im2col, pad_planes
 from ..registry import LAYERS
 from .base import Layer
@@ -186,15 +187,19 @@ class ConvolutionLayer(BaseConvolutionLayer):
             x = b.data.reshape((self.num, self.channels) + self.in_hw)
             y = t.data.reshape(self.num, self.num_output, plane)
 
+            chunks = self._conv_chunks()
+            # fewer chunks than threads (deploy at batch 1): the threads split each GEMM instead
+            gemm = matmul if len(chunks) < num_threads() else gemm_here
+
             def chunk(lo, hi):
                 col = self._im2col(x[lo:hi])
                 out = scratch('conv_out', self.num_output * col.shape[1]).reshape(self.num_output, -1)
                 for i in range(g):
-                    np.matmul(w[i * o:(i + 1) * o], col[i * k:(i + 1) * k], out=out[i * o:(i + 1) * o])
+                    gemm(w[i * o:(i + 1) * o], col[i * k:(i + 1) * k], out[i * o:(i + 1) * o])
                 from_channel_major(out, y[lo:hi])
                 if self.bias_term:
                     y[lo:hi] += bias.reshape(1, -1, 1)
-            run_chunks(chunk, self._conv_chunks())
+            run_chunks(chunk, chunks)
 
     def backward(self, top, propagate_down, bottom):
         w = self.blobs[0].data.reshape(self.num_output, -1)
