@@ -46,47 +46,33 @@ def crop_planes(src, planes, height, width, ph, pw, dst):
 
 
 @njit(cache=True, nogil=True)
-def im2col(src, n_img, channels, height, width, kh, kw, sh, sw, dh, dw, out_h, out_w, dst, ncols):
-    """Columns of the (already padded) images ``src`` (n_img, channels, height, width) into
-    ``dst`` (C*kh*kw rows of ``ncols``), image n at column n*out_h*out_w."""
+def columns(images, n_img, channels, height, width, kh, kw, sh, sw, dh, dw, out_h, out_w, cols,
+            ncols, to_columns):
+    """im2col (``to_columns``) or its transpose col2im, on padded images.
+
+    ``images``: flat (n_img, channels, height, width), already padded; ``cols``: C*kh*kw rows
+    of ``ncols``, image n from column n*out_h*out_w. im2col writes ``cols``; col2im overwrites
+    ``images`` with the sum of the columns, each element getting its terms in Caffe's order
+    (rows c, ki, kj, then output positions)."""
     plane = out_h * out_w
+    if not to_columns:
+        for i in range(n_img * channels * height * width):
+            images[np.uint64(i)] = 0.0
     for n in range(n_img):
         for c in range(channels):
-            in_base = (n * channels + c) * height * width
+            image_base = (n * channels + c) * height * width
             for ki in range(kh):
                 for kj in range(kw):
                     row = ((c * kh + ki) * kw + kj) * ncols + n * plane
                     for oy in range(out_h):
-                        s0 = in_base + (oy * sh + ki * dh) * width + kj * dw
-                        d0 = row + oy * out_w
-                        if sw == 1:
+                        i0 = image_base + (oy * sh + ki * dh) * width + kj * dw
+                        c0 = row + oy * out_w
+                        if to_columns and sw == 1:  # the common case: a contiguous copy
                             for ox in range(out_w):
-                                dst[np.uint64(d0 + ox)] = src[np.uint64(s0 + ox)]
+                                cols[np.uint64(c0 + ox)] = images[np.uint64(i0 + ox)]
+                        elif to_columns:
+                            for ox in range(out_w):
+                                cols[np.uint64(c0 + ox)] = images[np.uint64(i0 + ox * sw)]
                         else:
                             for ox in range(out_w):
-                                dst[np.uint64(d0 + ox)] = src[np.uint64(s0 + ox * sw)]
-
-
-@njit(cache=True, nogil=True)
-def col2im(src, ncols, n_img, channels, height, width, kh, kw, sh, sw, dh, dw, out_h, out_w, dst):
-    """The transpose of :func:`im2col`: ``dst`` (n_img, channels, height, width; padded
-    geometry) is overwritten with the sum of the columns; each element gets its terms in
-    Caffe's order (rows c, ki, kj, then output positions)."""
-    plane = out_h * out_w
-    for i in range(n_img * channels * height * width):
-        dst[np.uint64(i)] = 0.0
-    for n in range(n_img):
-        for c in range(channels):
-            out_base = (n * channels + c) * height * width
-            for ki in range(kh):
-                for kj in range(kw):
-                    row = ((c * kh + ki) * kw + kj) * ncols + n * plane
-                    for oy in range(out_h):
-                        d0 = out_base + (oy * sh + ki * dh) * width + kj * dw
-                        s0 = row + oy * out_w
-                        if sw == 1:
-                            for ox in range(out_w):
-                                dst[np.uint64(d0 + ox)] += src[np.uint64(s0 + ox)]
-                        else:
-                            for ox in range(out_w):
-                                dst[np.uint64(d0 + ox * sw)] += src[np.uint64(s0 + ox)]
+                                images[np.uint64(i0 + ox * sw)] += cols[np.uint64(c0 + ox)]

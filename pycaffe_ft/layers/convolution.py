@@ -3,7 +3,7 @@ import numpy as np
 
 from ..intra_op import gemm as gemm_here
 from ..intra_op import image_chunks, matmul, num_threads, run_chunks, scratch
-from ..kernels.im2col import col2im, crop_planes, im2col, pad_planes
+from ..kernels.im2col import columns, crop_planes, pad_planes
 from ..registry import LAYERS
 from .base import Layer
 from .geometry import spatial_param
@@ -103,10 +103,11 @@ class BaseConvolutionLayer(Layer):
         if ph or pw:
             src = scratch('conv_pad', n * c * (h + 2 * ph) * (w + 2 * pw))
             pad_planes(im.reshape(-1), n * c, h, w, ph, pw, src)
-        im2col(src, n, c, h + 2 * ph, w + 2 * pw, self.kernel[0], self.kernel[1], self.stride[0],
-               self.stride[1], self.dilation[0], self.dilation[1], self.col_hw[0], self.col_hw[1],
-               col.reshape(-1), col.shape[1])
+        columns(src, n, c, h + 2 * ph, w + 2 * pw, *self._kernel_geometry(), col.reshape(-1), col.shape[1], True)
         return col
+
+    def _kernel_geometry(self):
+        return self.kernel + self.stride + self.dilation + tuple(self.col_hw)
 
     def _col2im(self, col, im):
         """col (C_in*kh*kw, n*P) -> im (n, C_in, H, W), overwritten (through a padded buffer)."""
@@ -115,9 +116,7 @@ class BaseConvolutionLayer(Layer):
         dst = im.reshape(-1)
         if ph or pw:
             dst = scratch('conv_pad', n * c * (h + 2 * ph) * (w + 2 * pw))
-        col2im(col.reshape(-1), col.shape[1], n, c, h + 2 * ph, w + 2 * pw, self.kernel[0], self.kernel[1],
-               self.stride[0], self.stride[1], self.dilation[0], self.dilation[1], self.col_hw[0],
-               self.col_hw[1], dst)
+        columns(dst, n, c, h + 2 * ph, w + 2 * pw, *self._kernel_geometry(), col.reshape(-1), col.shape[1], False)
         if ph or pw:
             crop_planes(dst, n * c, h, w, ph, pw, im.reshape(-1))
 
