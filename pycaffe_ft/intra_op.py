@@ -98,7 +98,8 @@ class _Blas:
     def sgemm(self, a, b, c, beta):
         """c = a @ b + beta c through cblas_sgemm, reading transposed views in place.
         Returns False (nothing done) where the strides do not suit BLAS."""
-        if self._sgemm is None or c.strides[1] != 4 or a.dtype != np.float32 or b.dtype != np.float32:
+        if self._sgemm is None or c.strides[1] != 4 or \
+                not (a.dtype == b.dtype == c.dtype == np.float32):
             return False
         m, n = c.shape
         k = a.shape[1]
@@ -142,6 +143,16 @@ def image_chunks(num, per_image, target=1 << 20, min_chunks=4):
     step = max(1, min(num, target // max(per_image, 1)))
     step = min(step, max(1, -(-num // min_chunks)))
     return [(lo, min(lo + step, num)) for lo in range(0, num, step)]
+
+
+def _forget_pool():
+    """After fork(): the parent's worker threads do not exist in the child."""
+    _state['pool'] = None
+    _local.__dict__.clear()
+
+
+if hasattr(os, 'register_at_fork'):
+    os.register_at_fork(after_in_child=_forget_pool)
 
 
 def _pool():

@@ -1,5 +1,8 @@
 """Intra-op threads: BLAS calls through cblas (transposed views, accumulation), and the promise
 that a net computes the same bits whatever the thread count."""
+import os
+import time
+
 import numpy as np
 import pytest
 
@@ -98,3 +101,28 @@ def test_set_num_threads_rejects_nonsense(restore_threads):
         caffe.set_num_threads(0)
     caffe.set_num_threads(3)
     assert caffe.num_threads() == 3
+
+
+@pytest.mark.skipif(not hasattr(os, 'fork'), reason='needs fork()')
+def test_a_forked_child_gets_threads_of_its_own(restore_threads):
+    """A process forked after the worker threads exist must not wait on the parent's threads."""
+    intra_op.set_num_threads(2)
+    intra_op.run_chunks(lambda lo, hi: lo, [(0, 1), (1, 2)])  # the pool exists now
+    pid = os.fork()
+    if pid == 0:  # the child: would hang on the parent's (absent) threads
+        ok = False
+        try:
+            ok = intra_op.run_chunks(lambda lo, hi: lo * 10, [(i, i + 1) for i in range(6)]) == \
+                [0, 10, 20, 30, 40, 50]
+        finally:
+            os._exit(0 if ok else 1)
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            assert os.waitstatus_to_exitcode(status) == 0
+            return
+        time.sleep(0.05)
+    os.kill(pid, 9)
+    os.waitpid(pid, 0)
+    pytest.fail('the forked child hung in run_chunks')

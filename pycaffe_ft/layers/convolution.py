@@ -1,8 +1,7 @@
 """Convolution (2-D, per-dimension pad/stride/kernel, dilation, group, bias) via im2col + BLAS."""
 import numpy as np
 
-from ..intra_op import gemm as gemm_here
-from ..intra_op import image_chunks, matmul, num_threads, run_chunks, scratch
+from ..intra_op import gemm, image_chunks, matmul, num_threads, run_chunks, scratch
 from ..kernels.im2col import columns, crop_planes, pad_planes
 from ..registry import LAYERS
 from .base import Layer
@@ -188,13 +187,13 @@ class ConvolutionLayer(BaseConvolutionLayer):
 
             chunks = self._conv_chunks()
             # fewer chunks than threads (deploy at batch 1): the threads split each GEMM instead
-            gemm = matmul if len(chunks) < num_threads() else gemm_here
+            multiply = matmul if len(chunks) < num_threads() else gemm
 
             def chunk(lo, hi):
                 col = self._im2col(x[lo:hi])
                 out = scratch('conv_out', self.num_output * col.shape[1]).reshape(self.num_output, -1)
                 for i in range(g):
-                    gemm(w[i * o:(i + 1) * o], col[i * k:(i + 1) * k], out[i * o:(i + 1) * o])
+                    multiply(w[i * o:(i + 1) * o], col[i * k:(i + 1) * k], out[i * o:(i + 1) * o])
                 from_channel_major(out, y[lo:hi])
                 if self.bias_term:
                     y[lo:hi] += bias.reshape(1, -1, 1)
