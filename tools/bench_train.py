@@ -60,6 +60,15 @@ def _median_ms(step, iterations, warmup=3):
 
 
 def _peak_rss_mb():
+    """This process's peak resident set (Linux VmHWM: ru_maxrss would include the parent's
+    peak, which survives fork and exec)."""
+    try:
+        with open('/proc/self/status') as f:
+            for line in f:
+                if line.startswith('VmHWM:'):
+                    return int(line.split()[1]) / 1024.0
+    except OSError:
+        pass
     import resource
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
