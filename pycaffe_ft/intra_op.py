@@ -216,8 +216,11 @@ def gemm(a, b, out, accumulate=False):
     """``out = a @ b`` or, with ``accumulate``, ``out += a @ b`` (2-D float32; transposed
     views are read in place). Accumulating goes straight into ``out`` through BLAS's beta, with
     no temporary the size of ``out``."""
-    if out.shape[0] == 1 and not accumulate:  # one row (deploy at batch 1): a GEMV streams b once
-        np.matmul(b.T, a[0], out=out[0])
+    if not accumulate and 1 in out.shape:  # one row or column (batch 1): a GEMV streams once
+        if out.shape[0] == 1:
+            np.matmul(b.T, a[0], out=out[0])
+        else:
+            np.matmul(a, b[:, 0], out=out[:, 0])
         return out
     blas = blas_library()
     if blas is not None and blas.sgemm(a, b, out, 1.0 if accumulate else 0.0):

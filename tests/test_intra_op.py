@@ -34,20 +34,20 @@ def restore_threads():
     intra_op.set_num_threads(before)
 
 
-@pytest.mark.parametrize('rows', [37, 1])  # 1 row: the GEMV path (deploy at batch 1)
+@pytest.mark.parametrize('rows, cols', [(37, 41), (1, 41), (37, 1)])  # 1 row or column: GEMV
 @pytest.mark.parametrize('accumulate', [False, True])
-def test_gemm_reads_transposed_views_and_accumulates(accumulate, rows):
+def test_gemm_reads_transposed_views_and_accumulates(accumulate, rows, cols):
     rng = np.random.default_rng(0)
-    a, b = rng.random((rows, 29), dtype=np.float32), rng.random((29, 41), dtype=np.float32)
+    a, b = rng.random((rows, 29), dtype=np.float32), rng.random((29, cols), dtype=np.float32)
     for a_view in (a, np.ascontiguousarray(a.T).T):
         for b_view in (b, np.ascontiguousarray(b.T).T):
             big = rng.random((50, 60), dtype=np.float32)
             before = big.copy()
-            out = big[3:3 + rows, 5:46]  # a strided block of a larger array
+            out = big[3:3 + rows, 5:5 + cols]  # a strided block of a larger array
             intra_op.gemm(a_view, b_view, out, accumulate=accumulate)
-            expected = (before[3:3 + rows, 5:46] if accumulate else 0) + a.astype(np.float64) @ b
+            expected = (before[3:3 + rows, 5:5 + cols] if accumulate else 0) + a.astype(np.float64) @ b
             np.testing.assert_allclose(out, expected, rtol=1e-5)
-            before[3:3 + rows, 5:46] = out
+            before[3:3 + rows, 5:5 + cols] = out
             assert np.array_equal(before, big), 'gemm wrote outside its output block'
 
 

@@ -1,7 +1,7 @@
 """InnerProduct (fully connected): axis, transpose, bias_term; BLAS GEMM."""
 import numpy as np
 
-from ..intra_op import matmul
+from ..intra_op import matmul, scratch
 from ..registry import LAYERS
 from .base import Layer
 
@@ -42,7 +42,12 @@ class InnerProductLayer(Layer):
         x = bottom[0].data.reshape(self.m, self.k)
         w = self.blobs[0].data
         y = top[0].data.reshape(self.m, self.num_output)
-        matmul(x, w if self.transpose else w.T, y)
+        if self.m < 64:  # small batch: BLAS streams the weights fastest as its A operand
+            y_t = scratch('ip_top_t', self.num_output * self.m).reshape(self.num_output, self.m)
+            matmul(w.T if self.transpose else w, x.T, y_t)
+            y[...] = y_t.T
+        else:
+            matmul(x, w if self.transpose else w.T, y)
         if self.bias_term:
             y += self.blobs[1].data
 
