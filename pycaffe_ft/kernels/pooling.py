@@ -2,8 +2,8 @@
 
 MAX and AVE kernels take flat (1-D, C-contiguous) arrays and the geometry ``planes`` (N*C),
 ``height``, ``width``, ``kh, kw, ph, pw, sh, sw, out_h, out_w``; they index with unsigned
-offsets, never allocate (work rows come from the caller) and release the GIL, so layers run
-them on several threads, one image range each.
+offsets, never allocate (a work row, where needed, comes from the caller) and release the GIL,
+so layers run them on several threads, one image range each.
 """
 import numpy as np
 from numba import njit
@@ -75,29 +75,28 @@ def _ave_window(oy, ox, kh, kw, ph, pw, sh, sw, height, width):
 
 
 @njit(cache=True, nogil=True)
-def ave_pool_forward(x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, y, acc):
-    """Float32 sums in row-major window order (Caffe's), a whole output row at a time in
-    ``acc`` (out_w floats): for each window offset (ki, kj) the outputs it belongs to form
-    one span."""
+def ave_pool_forward(x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, y):
+    """Float32 sums in row-major window order (Caffe's), divided by Caffe's window size: the
+    window clipped to the padded extent (padding counts, beyond it does not)."""
     for plane in range(planes):
         in_base = plane * height * width
         for oy in range(out_h):
-            for ox in range(out_w):
-                acc[ox] = 0.0
-            for ki in range(kh):
-                yy = oy * sh - ph + ki
-                if yy < 0 or yy >= height:
-                    continue
-                row = in_base + yy * width
-                for kj in range(kw):
-                    x_off = kj - pw
-                    lo, hi = _valid_span(x_off, sw, width, out_w)
-                    for ox in range(lo, hi):
-                        acc[np.uint64(ox)] += x[np.uint64(row + ox * sw + x_off)]
+            hstart = oy * sh - ph
+            hend = min(hstart + kh, height + ph)
+            rows = hend - hstart
+            h0, h1 = max(hstart, 0), min(hend, height)
             o = (plane * out_h + oy) * out_w
             for ox in range(out_w):
-                size = _ave_window(oy, ox, kh, kw, ph, pw, sh, sw, height, width)[4]
-                y[np.uint64(o + ox)] = acc[ox] / np.float32(size)
+                wstart = ox * sw - pw
+                wend = min(wstart + kw, width + pw)
+                size = np.float32(rows * (wend - wstart))
+                w0, w1 = max(wstart, 0), min(wend, width)
+                total = np.float32(0.0)
+                for yy in range(h0, h1):
+                    row = in_base + yy * width
+                    for xx in range(w0, w1):
+                        total += x[np.uint64(row + xx)]
+                y[np.uint64(o + ox)] = total / size
 
 
 @njit(cache=True, nogil=True)

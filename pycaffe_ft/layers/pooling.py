@@ -91,8 +91,8 @@ class PoolingLayer(Layer):
         else:
             x, y = bottom[0].data, top[0].data
             for_images(lambda lo, hi: K.ave_pool_forward(
-                x[lo:hi].reshape(-1), *self._geometry(x, lo, hi), y[lo:hi].reshape(-1),
-                scratch('pool_row', self.out_hw[1])), x.shape[0], x[0].size)
+                x[lo:hi].reshape(-1), *self._geometry(x, lo, hi), y[lo:hi].reshape(-1)),
+                x.shape[0], x[0].size)
 
     def _geometry(self, x, lo, hi):
         """Kernel geometry arguments for images [lo, hi) of x (N, C, H, W)."""

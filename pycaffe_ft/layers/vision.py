@@ -56,8 +56,7 @@ class LRNLayer(Layer):
             return
         sq = x * x
         avg = np.empty_like(x)
-        KP.ave_pool_forward(sq.reshape(-1), *self._plane_geometry(x), avg.reshape(-1),
-                            np.empty(x.shape[3], np.float32))
+        KP.ave_pool_forward(sq.reshape(-1), *self._plane_geometry(x), avg.reshape(-1))
         self.scale[...] = 1.0 + np.float32(self.alpha) * avg
         top[0].data[...] = x * self.scale ** np.float32(-self.beta)
 
