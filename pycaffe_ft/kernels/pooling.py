@@ -2,20 +2,11 @@
 
 MAX and AVE kernels take flat (1-D, C-contiguous) arrays and the geometry ``planes`` (N*C),
 ``height``, ``width``, ``kh, kw, ph, pw, sh, sw, out_h, out_w``; they index with unsigned
-offsets, never allocate (a work row, where needed, comes from the caller) and release the GIL,
-so layers run them on several threads, one image range each.
+offsets, never allocate and release the GIL, so layers run them on several threads, one image
+range each.
 """
 import numpy as np
 from numba import njit
-
-
-@njit(cache=True, nogil=True)
-def _valid_span(offset, stride, size, out):
-    """[lo, hi) of the output positions o with 0 <= o*stride + offset < size."""
-    lo = 0 if offset >= 0 else (-offset + stride - 1) // stride
-    last = size - 1 - offset
-    hi = min(last // stride + 1 if last >= 0 else 0, out)
-    return min(lo, hi), hi
 
 
 @njit(cache=True, nogil=True)
@@ -63,65 +54,50 @@ def max_pool_backward(dy, mask, planes, in_plane, out_plane, dx):
 
 
 @njit(cache=True, nogil=True)
-def _ave_window(oy, ox, kh, kw, ph, pw, sh, sw, height, width):
-    """Window bounds clipped to the image, and Caffe's divisor: the window clipped to the
-    padded extent (padding counts, beyond it does not)."""
-    hstart = oy * sh - ph
-    wstart = ox * sw - pw
-    hend = min(hstart + kh, height + ph)
-    wend = min(wstart + kw, width + pw)
-    size = (hend - hstart) * (wend - wstart)
-    return max(hstart, 0), min(hend, height), max(wstart, 0), min(wend, width), size
+def _ave_span(o, stride, pad, kernel, size):
+    """Caffe's AVE window along one axis for output o: [lo, hi) clipped to the input, and the
+    extent the divisor counts (the window clipped to the padded input: padding counts)."""
+    start = o * stride - pad
+    end = min(start + kernel, size + pad)
+    return max(start, 0), min(end, size), end - start
 
 
 @njit(cache=True, nogil=True)
 def ave_pool_forward(x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, y):
-    """Float32 sums in row-major window order (Caffe's), divided by Caffe's window size: the
-    window clipped to the padded extent (padding counts, beyond it does not)."""
+    """Float32 sums in row-major window order (Caffe's), divided by Caffe's window size."""
     for plane in range(planes):
         in_base = plane * height * width
         for oy in range(out_h):
-            hstart = oy * sh - ph
-            hend = min(hstart + kh, height + ph)
-            rows = hend - hstart
-            h0, h1 = max(hstart, 0), min(hend, height)
+            h0, h1, rows = _ave_span(oy, sh, ph, kh, height)
             o = (plane * out_h + oy) * out_w
             for ox in range(out_w):
-                wstart = ox * sw - pw
-                wend = min(wstart + kw, width + pw)
-                size = np.float32(rows * (wend - wstart))
-                w0, w1 = max(wstart, 0), min(wend, width)
+                w0, w1, cols = _ave_span(ox, sw, pw, kw, width)
                 total = np.float32(0.0)
                 for yy in range(h0, h1):
                     row = in_base + yy * width
                     for xx in range(w0, w1):
                         total += x[np.uint64(row + xx)]
-                y[np.uint64(o + ox)] = total / size
+                y[np.uint64(o + ox)] = total / np.float32(rows * cols)
 
 
 @njit(cache=True, nogil=True)
-def ave_pool_backward(dy, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, dx, g):
-    """dx (overwritten) = each dy / window size spread over its window; every dx element gets
-    its terms in Caffe's order (outputs in row-major order). ``g``: out_w floats of work."""
+def ave_pool_backward(dy, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, dx):
+    """dx (overwritten) = each dy / window size spread over its window, outputs in row-major
+    order as in Caffe."""
     for plane in range(planes):
         in_base = plane * height * width
         for p in range(height * width):
             dx[np.uint64(in_base + p)] = 0.0
         for oy in range(out_h):
+            h0, h1, rows = _ave_span(oy, sh, ph, kh, height)
             o = (plane * out_h + oy) * out_w
             for ox in range(out_w):
-                size = _ave_window(oy, ox, kh, kw, ph, pw, sh, sw, height, width)[4]
-                g[ox] = dy[np.uint64(o + ox)] / np.float32(size)
-            for ki in range(kh):
-                yy = oy * sh - ph + ki
-                if yy < 0 or yy >= height:
-                    continue
-                row = in_base + yy * width
-                for kj in range(kw - 1, -1, -1):  # ascending outputs for each dx element
-                    x_off = kj - pw
-                    lo, hi = _valid_span(x_off, sw, width, out_w)
-                    for ox in range(lo, hi):
-                        dx[np.uint64(row + ox * sw + x_off)] += g[np.uint64(ox)]
+                w0, w1, cols = _ave_span(ox, sw, pw, kw, width)
+                g = dy[np.uint64(o + ox)] / np.float32(rows * cols)
+                for yy in range(h0, h1):
+                    row = in_base + yy * width
+                    for xx in range(w0, w1):
+                        dx[np.uint64(row + xx)] += g
 
 
 @njit(cache=True, inline='always')

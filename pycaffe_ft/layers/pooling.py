@@ -4,7 +4,7 @@ import math
 
 import numpy as np
 
-from ..intra_op import for_images, scratch
+from ..intra_op import for_images
 from ..kernels import pooling as K
 from ..proto import caffe_pb2
 from ..registry import LAYERS
@@ -111,5 +111,5 @@ class PoolingLayer(Layer):
                 dy[0, 0].size, dx[lo:hi].reshape(-1)), dx.shape[0], dx[0].size)
         else:
             for_images(lambda lo, hi: K.ave_pool_backward(
-                dy[lo:hi].reshape(-1), *self._geometry(dx, lo, hi), dx[lo:hi].reshape(-1),
-                scratch('pool_row', self.out_hw[1])), dx.shape[0], dx[0].size)
+                dy[lo:hi].reshape(-1), *self._geometry(dx, lo, hi), dx[lo:hi].reshape(-1)),
+                dx.shape[0], dx[0].size)

@@ -82,7 +82,7 @@ class LRNLayer(Layer):
         d_avg = dy * x * (-beta) * self.scale ** (-beta - np.float32(1)) * np.float32(self.alpha)
         d_sq = np.empty_like(x)
         KP.ave_pool_backward(np.ascontiguousarray(d_avg).reshape(-1), *self._plane_geometry(x),
-                             d_sq.reshape(-1), np.empty(x.shape[3], np.float32))
+                             d_sq.reshape(-1))
         bottom[0].diff[...] = dy * self.scale ** (-beta) + d_sq * 2 * x
 
 
