@@ -87,10 +87,16 @@ class BaseConvolutionLayer(Layer):
         self.im_hw = self.out_hw if self.reverse_dimensions else self.in_hw
 
     def _chunks(self):
-        """Image ranges processed together: a column buffer of ~4 MB stays in cache."""
-        per_image = self.conv_in_channels * self.kernel[0] * self.kernel[1] * self.col_hw[0] * self.col_hw[1]
-        step = max(1, min(self.num, (1 << 20) // max(per_image, 1)))
-        return [(lo, min(lo + step, self.num)) for lo in range(0, self.num, step)]
+        """Image ranges processed together: about 512 GEMM columns (whole images, column
+        buffer at most 4 MB), the sizes at which BLAS ran fastest here with the buffer still in
+        cache, and at least ~2M multiply-adds so that small layers do not drown in per-chunk
+        overhead. Depends on the shapes only (partial sums combine the same for any thread count)."""
+        plane = self.col_hw[0] * self.col_hw[1]
+        per_image = self.conv_in_channels * self.kernel[0] * self.kernel[1] * plane
+        macs = per_image * self.conv_out_channels // self.group
+        images = max(-(-512 // plane), -(-(1 << 21) // max(macs, 1)))
+        images = max(1, min(images, (1 << 20) // per_image))
+        return image_chunks(self.num, per_image, target=images * per_image)
 
     def _im2col(self, im):
         """im (n, C_in, H, W) -> this thread's column buffer (C_in*kh*kw, n*P)."""
@@ -165,17 +171,6 @@ class ConvolutionLayer(BaseConvolutionLayer):
     order, so the result does not depend on the thread count."""
     type = 'Convolution'
 
-    def _conv_chunks(self):
-        """About 512 GEMM columns per chunk (whole images, column buffer at most 4 MB): the
-        sizes at which BLAS ran fastest here, with the buffer still in cache; and at least
-        ~2M multiply-adds, so that small layers do not drown in per-chunk overhead."""
-        plane = self.col_hw[0] * self.col_hw[1]
-        per_image = self.conv_in_channels * self.kernel[0] * self.kernel[1] * plane
-        macs = per_image * self.conv_out_channels // self.group
-        images = max(-(-512 // plane), -(-(1 << 21) // max(macs, 1)))
-        images = max(1, min(images, (1 << 20) // per_image))
-        return image_chunks(self.num, per_image, target=images * per_image)
-
     def forward(self, bottom, top):
         w = self.blobs[0].data.reshape(self.num_output, -1)
         bias = self.blobs[1].data if self.bias_term else None
@@ -185,7 +180,7 @@ class ConvolutionLayer(BaseConvolutionLayer):
             x = b.data.reshape((self.num, self.channels) + self.in_hw)
             y = t.data.reshape(self.num, self.num_output, plane)
 
-            chunks = self._conv_chunks()
+            chunks = self._chunks()
             # fewer chunks than threads (deploy at batch 1): the threads split each GEMM instead
             multiply = matmul if len(chunks) < num_threads() else gemm
 
@@ -230,7 +225,7 @@ class ConvolutionLayer(BaseConvolutionLayer):
                         np.matmul(w[i * o:(i + 1) * o].T, dy_cm[i * o:(i + 1) * o], out=col[i * k:(i + 1) * k])
                     self._col2im(col, dx[lo:hi])
                 return w_part, bias_part
-            parts = run_chunks(chunk, self._conv_chunks())
+            parts = run_chunks(chunk, self._chunks())
             if need_w:
                 total = parts[0][0]
                 for w_part, _ in parts[1:]:
@@ -302,6 +297,7 @@ class Im2colLayer(BaseConvolutionLayer):
         self.channels = self.conv_in_channels = bottom[0].shape[self.channel_axis]
         self.num_output = self.channels * self.kernel[0] * self.kernel[1]
         self.group = 1
+        self.conv_out_channels = 1  # no GEMM: chunks are sized by the column buffer alone
 
     def forward(self, bottom, top):
         x = bottom[0].data.reshape((self.num, self.channels) + self.in_hw)
