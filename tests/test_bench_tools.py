@@ -14,7 +14,7 @@ sys.path.insert(0, TOOLS)
 bench_nets = importlib.import_module('bench_nets')
 bench_train = importlib.import_module('bench_train')
 
-# parameter counts of the published models (AlexNet/CaffeNet: 60,965,224; ResNet-50: 25.6 M)
+# parameter counts of the published models
 PARAMS = {'alexnet': 60965224, 'caffenet': 60965224}
 
 

@@ -125,20 +125,21 @@ class BaseConvolutionLayer(Layer):
         if ph or pw:
             crop_planes(dst, n * c, h, w, ph, pw, im.reshape(-1))
 
-    def _gemm(self, w, a, transpose_w=False):
-        """Per group g: W_g (O_g, K_g) @ a_g (K_g, M) -> (O, M) (or W_g.T @ a_g)."""
+    def _gemm(self, w, a, out=None, transpose_w=False, multiply=gemm):
+        """Per group g: out_g = W_g (O_g, K_g) @ a_g (K_g, M) (or W_g.T @ a_g), written into
+        ``out`` (rows of all groups; allocated when None) by ``multiply`` (intra_op's gemm, or
+        its thread-splitting matmul)."""
         g = self.group
-        if g == 1:
-            return (w.T if transpose_w else w) @ a
         o, k = w.shape[0] // g, w.shape[1]
-        parts = []
+        if out is None:
+            out = np.empty(((k if transpose_w else o) * g, a.shape[1]), np.float32)
         for i in range(g):
             wg = w[i * o:(i + 1) * o]
             if transpose_w:
-                parts.append(wg.T @ a[i * o:(i + 1) * o])
+                multiply(wg.T, a[i * o:(i + 1) * o], out[i * k:(i + 1) * k])
             else:
-                parts.append(wg @ a[i * k:(i + 1) * k])
-        return np.concatenate(parts, axis=0)
+                multiply(wg, a[i * k:(i + 1) * k], out[i * o:(i + 1) * o])
+        return out
 
     def _weight_grad(self, dout, col, wdiff):
         """wdiff (O, K) += dout (O, M) @ col (K, M).T, per group."""
@@ -155,6 +156,14 @@ def to_channel_major(a, out=None):
         return a.transpose(1, 0, 2).reshape(c, n * p)
     out.reshape(c, n, p)[...] = a.transpose(1, 0, 2)
     return out
+
+
+def _sum_in_order(parts):
+    """parts[0] + parts[1] + ... in chunk order (into parts[0]): thread-count independent."""
+    total = parts[0]
+    for part in parts[1:]:
+        total += part
+    return total
 
 
 def from_channel_major(m, out):
@@ -174,22 +183,18 @@ class ConvolutionLayer(BaseConvolutionLayer):
     def forward(self, bottom, top):
         w = self.blobs[0].data.reshape(self.num_output, -1)
         bias = self.blobs[1].data if self.bias_term else None
-        g, o, k = self.group, self.num_output // self.group, w.shape[1]
         plane = self.out_hw[0] * self.out_hw[1]
+        chunks = self._chunks()
+        # fewer chunks than threads (deploy at batch 1): the threads split each GEMM instead
+        multiply = matmul if len(chunks) < num_threads() else gemm
         for b, t in zip(bottom, top):
             x = b.data.reshape((self.num, self.channels) + self.in_hw)
             y = t.data.reshape(self.num, self.num_output, plane)
 
-            chunks = self._chunks()
-            # fewer chunks than threads (deploy at batch 1): the threads split each GEMM instead
-            multiply = matmul if len(chunks) < num_threads() else gemm
-
             def chunk(lo, hi):
                 col = self._im2col(x[lo:hi])
                 out = scratch('conv_out', self.num_output * col.shape[1]).reshape(self.num_output, -1)
-                for i in range(g):
-                    multiply(w[i * o:(i + 1) * o], col[i * k:(i + 1) * k], out[i * o:(i + 1) * o])
-                from_channel_major(out, y[lo:hi])
+                from_channel_major(self._gemm(w, col, out, multiply=multiply), y[lo:hi])
                 if self.bias_term:
                     y[lo:hi] += bias.reshape(1, -1, 1)
             run_chunks(chunk, chunks)
@@ -221,22 +226,15 @@ class ConvolutionLayer(BaseConvolutionLayer):
                 if down:
                     rows = self.conv_in_channels * self.kernel[0] * self.kernel[1]
                     col = scratch('conv_col', rows * dy_cm.shape[1]).reshape(rows, -1)
-                    for i in range(g):
-                        np.matmul(w[i * o:(i + 1) * o].T, dy_cm[i * o:(i + 1) * o], out=col[i * k:(i + 1) * k])
-                    self._col2im(col, dx[lo:hi])
+                    self._col2im(self._gemm(w, dy_cm, col, transpose_w=True), dx[lo:hi])
                 return w_part, bias_part
-            parts = run_chunks(chunk, self._chunks())
+            w_parts, bias_parts = zip(*run_chunks(chunk, self._chunks()))
             if need_w:
-                total = parts[0][0]
-                for w_part, _ in parts[1:]:
-                    total += w_part
+                total = _sum_in_order(w_parts)
                 for i in range(g):
                     wdiff[i * o:(i + 1) * o] += total[i].T
             if need_b:
-                total = parts[0][1]
-                for _, bias_part in parts[1:]:
-                    total += bias_part
-                self.blobs[1].diff[...] += total
+                self.blobs[1].diff[...] += _sum_in_order(bias_parts)
 
 
 @LAYERS.register('Deconvolution', v1_name='DECONVOLUTION')
