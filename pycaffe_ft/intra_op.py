@@ -5,8 +5,8 @@ problem's shape, never on the thread count, and combine per-chunk partial result
 bias gradients) in chunk order. So a net computes the same bits with 1 thread or 8, and the
 ranks of a data-parallel job stay identical whatever their thread counts.
 
-With more than one thread, the BLAS library is pinned to one thread per call for as long as
-the process runs layers: each chunk's GEMM runs in the thread that owns the chunk, and large
+The BLAS library is pinned to one thread per call once the thread count is known (the count is
+ours, whatever the BLAS variables say): each chunk's GEMM runs in the thread that owns the chunk, and large
 single GEMMs (InnerProduct) are split into column blocks by :func:`matmul`. (A multi-threaded
 OpenBLAS keeps its idle threads spinning after each call; mixing its threads with ours would
 leave both fighting for the cores.)
@@ -46,7 +46,16 @@ def num_threads():
     """Threads a layer may use (at least 1)."""
     if _state['threads'] is None:
         _state['threads'] = _default_threads()
+        _pin_blas()
     return _state['threads']
+
+
+def _pin_blas():
+    """One BLAS thread per call: the thread count is ours (PYCAFFE_FT_NUM_THREADS=1 must not
+    leave OpenBLAS running its own threads beside it)."""
+    blas = blas_library()
+    if blas is not None:
+        blas.set_threads(1)
 
 
 def set_num_threads(n):
@@ -59,9 +68,7 @@ def set_num_threads(n):
     if pool is not None and pool._max_workers != max(1, n - 1):
         pool.shutdown(wait=True)
         _state['pool'] = None
-    blas = blas_library()
-    if blas is not None:
-        blas.set_threads(1 if n > 1 else n)
+    _pin_blas()
 
 
 class _Blas:
@@ -157,9 +164,7 @@ if hasattr(os, 'register_at_fork'):
 
 def _pool():
     if _state['pool'] is None:
-        blas = blas_library()
-        if blas is not None:
-            blas.set_threads(1)
+        _pin_blas()
         _state['pool'] = concurrent.futures.ThreadPoolExecutor(
             max_workers=max(1, num_threads() - 1), thread_name_prefix='pycaffe-ft-op')
     return _state['pool']

@@ -127,3 +127,17 @@ def test_a_forked_child_gets_threads_of_its_own(restore_threads):
     os.kill(pid, 9)
     os.waitpid(pid, 0)
     pytest.fail('the forked child hung in run_chunks')
+
+
+@pytest.mark.skipif(intra_op.blas_library() is None, reason='NumPy links a BLAS other than OpenBLAS')
+def test_one_thread_from_the_environment_pins_blas_too():
+    """PYCAFFE_FT_NUM_THREADS=1 alone (OpenBLAS's own variable unset) means one thread in all:
+    OpenBLAS must not keep its default of one thread per core beside it."""
+    import subprocess
+    import sys
+    env = {k: v for k, v in os.environ.items() if k not in ('OMP_NUM_THREADS', 'OPENBLAS_NUM_THREADS')}
+    env['PYCAFFE_FT_NUM_THREADS'] = '1'
+    code = ('from pycaffe_ft import intra_op; n = intra_op.num_threads(); '
+            'print(n, intra_op.blas_library().threads())')
+    out = subprocess.run([sys.executable, '-c', code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ['1', '1']
