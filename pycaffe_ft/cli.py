@@ -103,6 +103,16 @@ def cmd_time(args):
     return 0
 
 
+def _positive_float(text):
+    try:
+        value = float(text)
+    except ValueError:
+        value = float('nan')
+    if not value > 0 or value == float('inf'):
+        raise argparse.ArgumentTypeError('expected a positive number, got %r' % text)
+    return value
+
+
 # -- train / test --------------------------------------------------------------------------
 @command('train', 'train a net (like caffe train); --np N for fault-tolerant data parallelism')
 def cmd_train(args):
@@ -124,7 +134,8 @@ def cmd_train(args):
     if parallel or (args.virtual_workers or 1) > 1:
         solver = train_parallel(args.solver, parallel=parallel, ft=args.ft != 'off',
                                 virtual_workers=args.virtual_workers, min_ranks=args.min_ranks,
-                                ledger=args.ledger, **common)
+                                ledger=args.ledger, overlap=args.overlap == 'on', bucket_mb=args.bucket_mb,
+                                **common)
         if parallel and solver.failures:
             # Open MPI may hang in MPI_Finalize after failures: end this rank deterministically.
             sys.stdout.flush()
@@ -304,8 +315,12 @@ def build_parser():
     p.add_argument('--min-ranks', '--min_ranks', type=int, default=1,
                    help='give up (with a final snapshot) below this many ranks')
     p.add_argument('--inject-fault', '--inject_fault', action='append', default=[],
-                   help='RANK:ITER[:PHASE]: SIGKILL that rank there (phases: forward, backward, '
-                        'allreduce, snapshot, test, broadcast); repeatable')
+                   help='RANK:ITER[:PHASE]: SIGKILL that rank there (phases: forward, backward, bucket '
+                        '(a gradient bucket in flight), allreduce, snapshot, test, broadcast); repeatable')
+    p.add_argument('--overlap', default='on', choices=['on', 'off'],
+                   help='send gradient buckets during backward (on) or after it (off)')
+    p.add_argument('--bucket-mb', '--bucket_mb', type=_positive_float, default=1.0,
+                   help='gradient bucket size in MB (whole parameter blobs per bucket; default 1)')
     p.add_argument('--ledger', help='append the record indices each iteration consumed to this file (JSON lines)')
     p.add_argument('--mpi-worker', action='store_true', help=argparse.SUPPRESS)
     p = sub.add_parser('test', help=COMMANDS['test'][1])

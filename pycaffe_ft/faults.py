@@ -2,7 +2,8 @@
 
 Configured by ``inject(specs)`` or the environment variable ``PYCAFFE_FT_INJECT_FAULT``
 ("RANK:ITER[:PHASE]", several separated by commas; RANK is the original MPI rank, 0 when
-serial; PHASE one of forward, backward, allreduce, snapshot, test, broadcast; default
+serial; PHASE one of forward, backward, bucket (a gradient bucket in flight during backward),
+allreduce, snapshot, test, broadcast; default
 forward). ``check(phase, iteration)`` is called at those points and kills the process (never
 returns) when a spec matches. The kill is real (SIGKILL): this is what fault tolerance must
 survive.
@@ -13,7 +14,7 @@ import time
 
 __all__ = ['inject', 'check', 'PHASES', 'parse_spec']
 
-PHASES = ('forward', 'backward', 'allreduce', 'snapshot', 'test', 'broadcast')
+PHASES = ('forward', 'backward', 'bucket', 'allreduce', 'snapshot', 'test', 'broadcast')
 _specs = []
 _rank = [0]
 

@@ -28,6 +28,15 @@ class SerialComm:
     def allreduce_sum(self, buf):
         return buf.copy()
 
+    def iallreduce_sum(self, buf, out):
+        out[...] = buf
+
+    def testall(self, requests):
+        return True
+
+    def waitall(self, requests):
+        pass
+
     def bcast(self, buf, root=0):
         return buf.copy()
 
@@ -63,6 +72,17 @@ class MPIComm:
         out = np.empty_like(buf)
         self.comm.Allreduce(buf, out, op=self.MPI.SUM)
         return out
+
+    def iallreduce_sum(self, buf, out):
+        """Start summing ``buf`` into ``out``; returns the request (neither may change until
+        it completes)."""
+        return self.comm.Iallreduce(buf, out, op=self.MPI.SUM)
+
+    def testall(self, requests):
+        return self.MPI.Request.Testall(requests)
+
+    def waitall(self, requests):
+        self.MPI.Request.Waitall(requests)
 
     def bcast(self, buf, root=0):
         out = buf.copy()
@@ -123,6 +143,15 @@ class ULFMComm(MPIComm):
 
     def allreduce_sum(self, buf):
         return self._call(super().allreduce_sum, buf)
+
+    def iallreduce_sum(self, buf, out):
+        return self._call(super().iallreduce_sum, buf, out)
+
+    def testall(self, requests):
+        return self._call(super().testall, requests)
+
+    def waitall(self, requests):
+        self._call(super().waitall, requests)
 
     def bcast(self, buf, root=0):
         return self._call(super().bcast, buf, root)

@@ -1,11 +1,12 @@
 """Data-parallel training with virtual workers over a (fault-tolerant) communicator.
 
-One iteration: compute the gradients of this rank's virtual workers -> keep them -> allreduce
-(sum, out of place) -> Agree that every survivor succeeded -> only then update. On a process
-failure anywhere (allreduce, agree, broadcast, test reductions): recover the communicator
-(revoke, shrink, agree), give the dead ranks' workers to survivors, compute only those orphaned
-micro-batches, and retry from the kept gradients. This class is the one state object and its
-``_collective`` the one retry loop that handle MPI failures.
+One iteration: compute the gradients of this rank's virtual workers, kept as one float32 local
+sum -> allreduce it (in buckets, overlapped with the last micro-batch's backward; the float64
+extras in a side message) -> Agree that every survivor succeeded -> only then update. On a
+process failure anywhere (a bucket in flight, the wait, agree, broadcast, test reductions):
+recover the communicator (revoke, shrink, agree), give the dead ranks' workers to survivors,
+compute only those orphaned micro-batches, and retry from the kept local sum. This class is the
+one state object and its ``_collective`` the one retry loop that handle MPI failures.
 """
 import json
 import os
@@ -17,6 +18,7 @@ from .. import faults
 from ..errors import CaffeError, SolverError
 from ..log import logger
 from ..solvers.solver import Solver
+from .buckets import BucketedReduction, plan_buckets
 from .comm import ProcessFailure
 from .workers import assign, reassign, record_of
 
@@ -32,7 +34,8 @@ class DataParallelSolver(Solver):
     ``comm``. The gradient sum is divided by V (each micro-batch loss is already normalised),
     as Caffe divides by iter_size."""
 
-    def __init__(self, param, comm, virtual_workers=None, min_ranks=1, ledger=None, **kwargs):
+    def __init__(self, param, comm, virtual_workers=None, min_ranks=1, ledger=None, overlap=True,
+                 bucket_mb=1.0, **kwargs):
         self.comm = comm
         super().__init__(param, **kwargs)
         self.V = virtual_workers or comm.size
@@ -46,6 +49,13 @@ class DataParallelSolver(Solver):
         self._setup_data_layers()
         self._setup_batchnorm()
         self._broadcast_weights()
+        self.overlap = overlap
+        self.buckets = plan_buckets(self.net, max(1, int(bucket_mb * (1 << 20)) // 4))
+        self._reduction = None
+        self.net._hooks['after_backward'].append(self._layer_done)
+        self.comm_wait_s, self.reductions = 0.0, 0
+        logger.info('Gradient reduction: %d float32 buckets of >= %g MB%s', len(self.buckets), bucket_mb,
+                    ', overlapped with backward' if overlap else ', after backward (no overlap)')
 
     # -- setup -------------------------------------------------------------------------------
     @property
@@ -115,9 +125,10 @@ class DataParallelSolver(Solver):
     def _hosted(self):
         return self.hosting[self.comm.world_rank]
 
-    def _run_worker(self, v, collect):
+    def _run_worker(self, v, collect, reduction=None):
         """Forward/backward of worker v's micro-batches (all iter_size passes); param diffs
-        accumulate. Appends (v, records) to collect; returns the summed loss."""
+        accumulate. Appends (v, records) to collect; returns the summed loss. ``reduction``
+        (if any) posts buckets during the last pass's backward."""
         loss = 0.0
         isz = self.param.iter_size
         for pass_index in range(isz):
@@ -130,7 +141,12 @@ class DataParallelSolver(Solver):
             self._bn_current = {}
             loss += self.net.forward_from_to()
             faults.check('backward', self.iter)
-            self.net.backward_from_to()
+            if reduction is not None and pass_index == isz - 1:
+                self._reduction = reduction
+            try:
+                self.net.backward_from_to()
+            finally:
+                self._reduction = None
             records = [r for l in self.data_layers[:1] for r in getattr(l, 'last_records', [])]
             collect.append((v, pass_index, records, self._bn_current))
         return loss
@@ -138,27 +154,40 @@ class DataParallelSolver(Solver):
     def forward_backward(self):
         """Hosted workers' gradients -> allreduce -> agree; leaves mean gradient in param_diff."""
         isz = self.param.iter_size
-        self._local = np.zeros(self.net.param_diff.size, np.float64)
+        self._local = np.zeros(self.net.param_diff.size, np.float32)
         self._local_loss = 0.0
         self._contributions = []
-        self._compute(self._hosted())
-        result = self._collective(self._reduce, 'allreduce')
-        n = self.net.param_diff.size
-        self.net.param_diff[...] = (result[:n] / self.V).astype(np.float32)
-        self._apply_batchnorm(result[n:n + self.bn_size * self.V * isz])
-        tail = result[n + self.bn_size * self.V * isz:]
+        self._first_attempt = None
+        self._compute(self._hosted(), overlap=self.overlap)
+        result, extras = self._collective(self._reduce, 'allreduce')
+        np.multiply(result, np.float32(1.0 / self.V), out=self.net.param_diff)
+        self._apply_batchnorm(extras[:self.bn_size * self.V * isz])
+        tail = extras[self.bn_size * self.V * isz:]
         total_loss = float(tail[-1])
         self._check_ledger(tail[:-1])
         self.samples += self.V * isz * (self.data_layers[0].batch if self.data_layers else 0)
         return total_loss / (self.V * isz)
 
-    def _compute(self, workers):
+    def _compute(self, workers, overlap=False):
         """Add the gradients and losses of ``workers`` to the kept local sums, one worker at a
-        time in float64: the sum does not depend on how workers are spread over ranks."""
-        for v in workers:
+        time. With ``overlap``, the last worker's gradient goes into the sum bucket by bucket
+        during its backward, each bucket sent as soon as it is complete (the first attempt of
+        the reduction)."""
+        for k, v in enumerate(workers):
             self.net.clear_param_diffs()
-            self._local_loss += self._run_worker(v, self._contributions)
-            self._local += self.net.param_diff
+            if overlap and k == len(workers) - 1:
+                self._first_attempt = BucketedReduction(
+                    self.comm, self.buckets, self._local, self.net.param_diff,
+                    on_first_post=lambda: faults.check('bucket', self.iter))
+                self._local_loss += self._run_worker(v, self._contributions, self._first_attempt)
+                self._first_attempt.post_all()  # buckets no layer marked done (none expected)
+            else:
+                self._local_loss += self._run_worker(v, self._contributions)
+                self._local += self.net.param_diff
+
+    def _layer_done(self, layer_index):
+        if self._reduction is not None:
+            self._reduction.layer_done(layer_index)
 
     def _pack(self):
         isz = self.param.iter_size
@@ -173,11 +202,20 @@ class DataParallelSolver(Solver):
                 bn[v, pass_index] = np.concatenate(parts)
             r = np.asarray(records, np.float64)
             ledger[v] += [len(r), r.sum(), (r * r).sum()]
-        return np.concatenate([self._local, bn.ravel(), ledger.ravel(), [self._local_loss]])
+        return np.concatenate([bn.ravel(), ledger.ravel(), [self._local_loss]])
 
     def _reduce(self):
+        """One attempt: the overlapped one started during backward, else (a retry, or no
+        overlap) all buckets from the kept local sum at once."""
         faults.check('allreduce', self.iter)
-        return self.comm.allreduce_sum(self._pack())
+        reduction, self._first_attempt = self._first_attempt, None
+        if reduction is None:
+            reduction = BucketedReduction(self.comm, self.buckets, self._local)
+        try:
+            return reduction.finish(self._pack())
+        finally:
+            self.comm_wait_s += reduction.waited_s
+            self.reductions += 1
 
     def _apply_batchnorm(self, flat):
         """Every rank applies all workers' statistics in worker order: replicas stay identical."""
@@ -309,3 +347,7 @@ class DataParallelSolver(Solver):
                     len(self.comm.members) + sum(len(f['dead']) for f in self.failures), len(self.failures),
                     ', '.join('ranks %s at iteration %d (%s)' % (f['dead'], f['iter'], f['phase']) for f in self.failures) or 'none',
                     total, self.samples)
+        if self.reductions:
+            logger.info('Gradient reduction: %.2f ms per iteration spent waiting for it after backward '
+                        '(overlap %s, %d buckets)', 1e3 * self.comm_wait_s / self.reductions,
+                        'on' if self.overlap else 'off', len(self.buckets))

@@ -98,6 +98,18 @@ def test_n_ranks_equal_one_process_with_n_virtual_workers(tmp_path, mnist, n):
     assert 'mpi4py' not in log_serial or 'MPI' not in log_serial
 
 
+def test_blocking_reduction_gives_the_same_result(tmp_path, mnist):
+    """--overlap off (buckets sent after backward) trains what the overlapped default trains."""
+    overlapped = make_job(tmp_path / 'overlapped', mnist)
+    log = train(overlapped, '--np', '2')
+    assert 'overlapped with backward' in log
+    blocking = make_job(tmp_path / 'blocking', mnist)
+    log = train(blocking, '--np', '2', '--overlap', 'off', '--bucket-mb', '0.1')
+    assert 'after backward (no overlap)' in log and 'ms per iteration spent waiting' in log
+    assert_same_weights(weights(overlapped, 20), weights(blocking, 20))
+    assert ledger(overlapped) == ledger(blocking)
+
+
 def test_serial_virtual_workers_never_import_mpi(tmp_path, mnist):
     job = make_job(tmp_path, mnist, max_iter=2)
     code = ('import sys; from pycaffe_ft.cli import main; main(["train", "--solver", "solver.prototxt", '
@@ -133,7 +145,8 @@ def test_survives_three_kills_with_the_same_result(tmp_path, mnist):
 
 
 @pytest.mark.parametrize('faults', [['1:0:broadcast'], ['1:10:test'], ['0:10:snapshot'],
-                                    ['1:7:backward', '2:7:allreduce']])
+                                    ['1:7:backward', '2:7:allreduce'], ['1:6:bucket'],
+                                    ['0:12:bucket', '2:12:bucket']])
 def test_survives_failures_in_every_phase(tmp_path, mnist, faults):
     ok = make_job(tmp_path / 'ok', mnist)
     train(ok, '--np', '3')
