@@ -103,6 +103,16 @@ def cmd_time(args):
     return 0
 
 
+def _positive_int(text):
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError('expected a whole number >= 1, got %r' % text)
+    return value
+
+
 def _positive_float(text):
     try:
         value = float(text)
@@ -135,6 +145,7 @@ def cmd_train(args):
         solver = train_parallel(args.solver, parallel=parallel, ft=args.ft != 'off',
                                 virtual_workers=args.virtual_workers, min_ranks=args.min_ranks,
                                 ledger=args.ledger, overlap=args.overlap == 'on', bucket_mb=args.bucket_mb,
+                                hierarchy=args.hierarchy, ranks_per_node=args.ranks_per_node,
                                 **common)
         if parallel and solver.failures:
             # Open MPI may hang in MPI_Finalize after failures: end this rank deterministically.
@@ -316,7 +327,13 @@ def build_parser():
                    help='give up (with a final snapshot) below this many ranks')
     p.add_argument('--inject-fault', '--inject_fault', action='append', default=[],
                    help='RANK:ITER[:PHASE]: SIGKILL that rank there (phases: forward, backward, bucket '
-                        '(a gradient bucket in flight), allreduce, snapshot, test, broadcast); repeatable')
+                        '(a gradient bucket in flight), node and leader (a bucket in flight at that level '
+                        'of a two-level reduction), allreduce, snapshot, test, broadcast); repeatable')
+    p.add_argument('--hierarchy', default='auto', choices=['auto', 'flat'],
+                   help='gradient reduction: auto = two levels (node, then across node leaders) when '
+                        'several nodes hold several ranks each, or with --ranks-per-node; flat = one allreduce')
+    p.add_argument('--ranks-per-node', '--ranks_per_node', type=_positive_int, default=None,
+                   help='treat every K consecutive ranks as one node (two-level reduction on one machine)')
     p.add_argument('--overlap', default='on', choices=['on', 'off'],
                    help='send gradient buckets during backward (on) or after it (off)')
     p.add_argument('--bucket-mb', '--bucket_mb', type=_positive_float, default=1.0,

@@ -3,7 +3,8 @@
 Configured by ``inject(specs)`` or the environment variable ``PYCAFFE_FT_INJECT_FAULT``
 ("RANK:ITER[:PHASE]", several separated by commas; RANK is the original MPI rank, 0 when
 serial; PHASE one of forward, backward, bucket (a gradient bucket in flight during backward),
-allreduce, snapshot, test, broadcast; default
+node (a bucket in flight to the node leader, two-level reduction), leader (a bucket in flight
+among the node leaders: only a leader dies there), allreduce, snapshot, test, broadcast; default
 forward). ``check(phase, iteration)`` is called at those points and kills the process (never
 returns) when a spec matches. The kill is real (SIGKILL): this is what fault tolerance must
 survive.
@@ -14,7 +15,7 @@ import time
 
 __all__ = ['inject', 'check', 'PHASES', 'parse_spec']
 
-PHASES = ('forward', 'backward', 'bucket', 'allreduce', 'snapshot', 'test', 'broadcast')
+PHASES = ('forward', 'backward', 'bucket', 'node', 'leader', 'allreduce', 'snapshot', 'test', 'broadcast')
 _specs = []
 _rank = [0]
 

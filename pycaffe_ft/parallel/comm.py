@@ -78,11 +78,36 @@ class MPIComm:
         it completes)."""
         return self.comm.Iallreduce(buf, out, op=self.MPI.SUM)
 
+    def ireduce_sum(self, buf, out, root=0):
+        """Start summing ``buf`` into ``out`` at ``root`` (``out`` unused elsewhere)."""
+        return self.comm.Ireduce(buf, out, op=self.MPI.SUM, root=root)
+
+    def ibcast(self, buf, root=0):
+        """Start broadcasting ``buf`` (in place) from ``root``."""
+        return self.comm.Ibcast(buf, root=root)
+
     def testall(self, requests):
         return self.MPI.Request.Testall(requests)
 
     def waitall(self, requests):
         self.MPI.Request.Waitall(requests)
+
+    def split(self, color, key):
+        """A sub-communicator of the ranks with the same ``color`` (None: not a member,
+        returns None), ordered by ``key``; same failure semantics as this one."""
+        raw = self.comm.Split(self.MPI.UNDEFINED if color is None else color, key)
+        return None if raw == self.MPI.COMM_NULL else self._sub(raw)
+
+    def split_shared(self):
+        """The sub-communicator of the ranks on this node (shared memory)."""
+        return self._sub(self.comm.Split_type(self.MPI.COMM_TYPE_SHARED, key=self.rank))
+
+    def _sub(self, raw):
+        sub = object.__new__(type(self))
+        sub.MPI, sub.comm, sub.world_rank = self.MPI, raw, self.world_rank
+        sub.rank, sub.size, sub.members = raw.Get_rank(), raw.Get_size(), None
+        raw.Set_errhandler(self.comm.Get_errhandler())
+        return sub
 
     def bcast(self, buf, root=0):
         out = buf.copy()
@@ -147,11 +172,23 @@ class ULFMComm(MPIComm):
     def iallreduce_sum(self, buf, out):
         return self._call(super().iallreduce_sum, buf, out)
 
+    def ireduce_sum(self, buf, out, root=0):
+        return self._call(super().ireduce_sum, buf, out, root)
+
+    def ibcast(self, buf, root=0):
+        return self._call(super().ibcast, buf, root)
+
     def testall(self, requests):
         return self._call(super().testall, requests)
 
     def waitall(self, requests):
         self._call(super().waitall, requests)
+
+    def split(self, color, key):
+        return self._call(super().split, color, key)
+
+    def split_shared(self):
+        return self._call(super().split_shared)
 
     def bcast(self, buf, root=0):
         return self._call(super().bcast, buf, root)

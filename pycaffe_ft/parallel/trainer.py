@@ -18,7 +18,7 @@ from .. import faults
 from ..errors import CaffeError, SolverError
 from ..log import logger
 from ..solvers.solver import Solver
-from .buckets import BucketedReduction, plan_buckets
+from .buckets import BucketedReduction, Levels, plan_buckets
 from .comm import ProcessFailure
 from .workers import assign, reassign, record_of
 
@@ -35,7 +35,7 @@ class DataParallelSolver(Solver):
     as Caffe divides by iter_size."""
 
     def __init__(self, param, comm, virtual_workers=None, min_ranks=1, ledger=None, overlap=True,
-                 bucket_mb=1.0, **kwargs):
+                 bucket_mb=1.0, hierarchy='auto', ranks_per_node=None, **kwargs):
         self.comm = comm
         super().__init__(param, **kwargs)
         self.V = virtual_workers or comm.size
@@ -54,6 +54,13 @@ class DataParallelSolver(Solver):
         self._reduction = None
         self.net._hooks['after_backward'].append(self._layer_done)
         self.comm_wait_s, self.reductions = 0.0, 0
+        if hierarchy not in ('auto', 'flat'):
+            raise CaffeError('hierarchy must be auto or flat, got %r' % hierarchy)
+        if ranks_per_node is not None and ranks_per_node < 1:
+            raise CaffeError('--ranks-per-node must be at least 1, got %d' % ranks_per_node)
+        self.hierarchy, self.ranks_per_node = hierarchy, ranks_per_node
+        self._levels, self._levels_stale = None, True
+        self._collective(self._build_levels, 'levels')
         logger.info('Gradient reduction: %d float32 buckets of >= %g MB%s', len(self.buckets), bucket_mb,
                     ', overlapped with backward' if overlap else ', after backward (no overlap)')
 
@@ -175,15 +182,42 @@ class DataParallelSolver(Solver):
         the reduction)."""
         for k, v in enumerate(workers):
             self.net.clear_param_diffs()
-            if overlap and k == len(workers) - 1:
-                self._first_attempt = BucketedReduction(
-                    self.comm, self.buckets, self._local, self.net.param_diff,
-                    on_first_post=lambda: faults.check('bucket', self.iter))
+            if overlap and k == len(workers) - 1 and not self._levels_stale:
+                self._first_attempt = BucketedReduction(self.comm, self.buckets, self._local, self.net.param_diff,
+                                                        self._levels, self._on_post)
                 self._local_loss += self._run_worker(v, self._contributions, self._first_attempt)
                 self._first_attempt.post_all()  # buckets no layer marked done (none expected)
             else:
                 self._local_loss += self._run_worker(v, self._contributions)
                 self._local += self.net.param_diff
+
+    def _build_levels(self):
+        """(Re)build the two reduction levels from the current communicator, or decide on a
+        flat reduction: with --hierarchy flat, one rank, or (auto, no --ranks-per-node) when
+        no node holds several ranks or all ranks share one node (one level already)."""
+        if self._levels is not None:
+            self._levels.free()
+        self._levels, self._levels_stale = None, False
+        if self.hierarchy == 'flat' or self.comm.size == 1:
+            what = 'flat (one allreduce over all %d ranks)' % self.comm.size
+        else:
+            levels = Levels(self.comm, self.ranks_per_node)
+            if self.ranks_per_node or 1 < levels.nodes < self.comm.size:
+                self._levels = levels
+                what = ('two levels: %d nodes of up to %d ranks (%s); each node reduces to its leader, the '
+                        'leaders allreduce, then broadcast to their node'
+                        % (levels.nodes, levels.largest, '--ranks-per-node %d' % self.ranks_per_node
+                           if self.ranks_per_node else 'ranks sharing memory'))
+            else:
+                levels.free()
+                what = 'flat (one allreduce over all %d ranks; %s)' % (
+                    self.comm.size, 'all on one node' if levels.nodes == 1 else 'one rank per node')
+        if what != getattr(self, '_levels_logged', None):
+            logger.info('Gradient reduction: %s', what)
+            self._levels_logged = what
+
+    def _on_post(self, level):
+        faults.check(level, self.iter)
 
     def _layer_done(self, layer_index):
         if self._reduction is not None:
@@ -210,7 +244,9 @@ class DataParallelSolver(Solver):
         faults.check('allreduce', self.iter)
         reduction, self._first_attempt = self._first_attempt, None
         if reduction is None:
-            reduction = BucketedReduction(self.comm, self.buckets, self._local)
+            if self._levels_stale:
+                self._build_levels()
+            reduction = BucketedReduction(self.comm, self.buckets, self._local, None, self._levels, self._on_post)
         try:
             return reduction.finish(self._pack())
         finally:
@@ -263,6 +299,7 @@ class DataParallelSolver(Solver):
         was_root = self.is_root
         old_hosting = self.hosting
         dead, seconds = self.comm.recover()
+        self._levels_stale = True  # rebuilt from the shrunk communicator before the next reduction
         if not dead:
             return False
         if self.comm.size < self.min_ranks:

@@ -26,6 +26,15 @@ f32 = np.float32
 _REGULARIZATION = {'L2': L2, 'L1': L1}
 
 
+def _norm(x, block=1 << 20):
+    """L2 norm of a float32 vector, accumulated in float64 a block at a time."""
+    total = 0.0
+    for lo in range(0, x.size, block):
+        part = x[lo:lo + block].astype(np.float64)
+        total += float(np.dot(part, part))
+    return total ** 0.5
+
+
 class Solver:
     """A Caffe solver.
 
@@ -45,6 +54,10 @@ class Solver:
         if solver_type is not None:
             p.type = solver_type
         rule_cls = RULES.get(p.type, SolverError, 'solver: ')
+        if p.lars_eta != 0 and not (p.lars_eta > 0 and np.isfinite(p.lars_eta)):
+            raise SolverError('lars_eta must be a positive number (0 = LARS off), got %g' % p.lars_eta)
+        if p.lars_eta > 0 and p.type not in ('SGD', 'Nesterov'):
+            raise SolverError('lars_eta (LARS) applies to the SGD and Nesterov solvers, not type: "%s"' % p.type)
         if p.solver_mode == caffe_pb2.SolverParameter.GPU and p.HasField('solver_mode'):
             from ..log import warn_once
             warn_once('gpu', 'solver_mode: GPU requested; pycaffe-ft runs on the CPU')
@@ -226,16 +239,30 @@ class Solver:
         rates = f32(rate) * np.asarray(self.net.params_lr, np.float32)
         decays = f32(p.weight_decay) * np.asarray(self.net.params_weight_decay, np.float32)
         iter_scale = f32(1.0 / p.iter_size) if p.iter_size > 1 else f32(1)
+        if p.lars_eta > 0:
+            rates = rates * self._lars_ratios(w, g, iter_scale, decays)
         chunk = 1 << 20  # elements per task: fixed, so the split never depends on the threads
         run_chunks(lambda lo, hi: self.rule.apply(
             w, g, self.history, (lo, hi, self._bounds, rates, decays, iter_scale, regularization),
             self.iter), [(lo, min(lo + chunk, w.size)) for lo in range(0, max(w.size, 1), chunk)])
 
+    def _lars_ratios(self, w, g, iter_scale, decays):
+        """LARS's per-blob factor eta * ||w|| / (||g|| + decay * ||w||) (float32), 1 where
+        ||w|| or ||g|| is 0; g as the update will see it (clipped, iter_size-normalised)."""
+        bounds = self._bounds
+        ratios = np.ones(len(bounds) - 1, np.float32)
+        for i in range(len(ratios)):
+            w_norm = _norm(w[bounds[i]:bounds[i + 1]])
+            g_norm = float(iter_scale) * _norm(g[bounds[i]:bounds[i + 1]])
+            if w_norm > 0 and g_norm > 0:
+                ratios[i] = self.param.lars_eta * w_norm / (g_norm + float(decays[i]) * w_norm)
+        return ratios
+
     def _clip(self, g):
         clip = self.param.clip_gradients
         if clip < 0:
             return
-        norm = float(np.sqrt(np.dot(g.astype(np.float64), g)))
+        norm = _norm(g)
         if norm > clip:
             scale = clip / norm
             logger.info('Gradient clipping: scaling down gradients (L2 norm %g > %g) by scale factor %g',

@@ -98,6 +98,35 @@ def test_n_ranks_equal_one_process_with_n_virtual_workers(tmp_path, mnist, n):
     assert 'mpi4py' not in log_serial or 'MPI' not in log_serial
 
 
+@pytest.mark.parametrize('n, per_node', [(2, 1), (4, 2)])
+def test_two_level_reduction_equals_one_process(tmp_path, mnist, n, per_node):
+    """Forced nodes of K ranks: node reduce, leaders' allreduce, broadcast; the same training as
+    one process with n virtual workers."""
+    serial = make_job(tmp_path / 'serial', mnist)
+    train(serial, '--np', '1', '--virtual-workers', str(n))
+    two = make_job(tmp_path / 'two', mnist)
+    log = train(two, '--np', str(n), '--ranks-per-node', str(per_node))
+    assert 'two levels: %d nodes' % (n // per_node) in log
+    assert_same_weights(weights(serial, 20), weights(two, 20))
+    assert ledger(serial) == ledger(two)
+
+
+@pytest.mark.parametrize('faults', [['2:5:leader'], ['3:6:node'], ['0:8:leader'], ['1:9:node', '2:9:leader']])
+def test_two_level_reduction_survives_kills_at_either_level(tmp_path, mnist, faults):
+    """Ranks 0 and 2 lead the nodes {0, 1} and {2, 3}: a leader, a member, the root, and a
+    member and the other leader in one iteration; the levels are rebuilt after each shrink."""
+    ok = make_job(tmp_path / 'ok', mnist)
+    train(ok, '--np', '4', '--ranks-per-node', '2')
+    ft = make_job(tmp_path / 'ft', mnist)
+    flags = ['--np', '4', '--ranks-per-node', '2']
+    for f in faults:
+        flags += ['--inject-fault', f]
+    log = train(ft, *flags)
+    assert 'Recovered from the failure of ranks' in log
+    assert_same_weights(weights(ok, 20), weights(ft, 20))
+    assert sorted(map(json.dumps, ledger(ok))) == sorted(map(json.dumps, ledger(ft)))
+
+
 def test_blocking_reduction_gives_the_same_result(tmp_path, mnist):
     """--overlap off (buckets sent after backward) trains what the overlapped default trains."""
     overlapped = make_job(tmp_path / 'overlapped', mnist)

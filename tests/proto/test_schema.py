@@ -17,6 +17,12 @@ _TYPES = {
 }
 
 
+# pycaffe-ft's own fields, documented in proto/caffe.proto: numbered far above Caffe's so that
+# Caffe's files read and write unchanged. Nothing else may differ from Caffe's table.
+PROJECT_FIELDS = {'SolverParameter': {'lars_eta': 10001}}
+FIRST_PROJECT_NUMBER = 10001
+
+
 @pytest.fixture(scope='module')
 def facts():
     with open(shared_path('caffe_format', 'caffe_fields.json')) as f:
@@ -41,7 +47,8 @@ def test_every_field_agrees(facts):
     problems = []
     for name, fields in facts['messages'].items():
         msg = caffe_pb2.DESCRIPTOR.message_types_by_name[name]
-        ours = {f.name: f for f in msg.fields}
+        project = PROJECT_FIELDS.get(name, {})
+        ours = {f.name: f for f in msg.fields if f.name not in project}
         if set(ours) != {f['name'] for f in fields}:
             problems.append('%s: fields %s vs %s' % (name, sorted(ours), sorted(f['name'] for f in fields)))
             continue
@@ -79,6 +86,19 @@ def test_every_field_agrees(facts):
             elif f.has_default_value:
                 problems.append('%s declares a default %r the facts do not' % (where, f.default_value))
     assert not problems, '\n'.join(problems)
+
+
+def test_project_fields_stay_out_of_caffes_numbers(facts):
+    for name, fields in PROJECT_FIELDS.items():
+        msg = caffe_pb2.DESCRIPTOR.message_types_by_name[name]
+        caffe_numbers = {f['number'] for f in facts['messages'][name]}
+        for field, number in fields.items():
+            assert msg.fields_by_name[field].number == number >= FIRST_PROJECT_NUMBER
+            assert number not in caffe_numbers
+    # a Caffe solver file round-trips to the same bytes: the project field is never written unset
+    p = caffe_pb2.SolverParameter(base_lr=0.01, momentum=0.9)
+    assert caffe_pb2.SolverParameter.FromString(p.SerializeToString()).SerializeToString() == p.SerializeToString()
+    assert not p.HasField('lars_eta')
 
 
 def test_every_enum_agrees(facts):
