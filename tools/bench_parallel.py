@@ -79,9 +79,9 @@ def glog_time(line):
     return int(h) * 3600 + int(m) * 60 + float(s)
 
 
-def main():
-    tmp = tempfile.mkdtemp()
-    build_data(tmp)
+def train_nets(tmp):
+    """{'LeNet': text, 'CIFAR10-quick': text}: the models' train nets reading the LMDBs that
+    build_data(tmp) wrote, without their TEST data and accuracy layers."""
     lenet = open(os.path.join(ROOT, 'models', 'lenet', 'lenet_train_test.prototxt')).read() \
         .replace('data/mnist/mnist_train_lmdb', os.path.join(tmp, 'mnist_train_lmdb'))
     lenet = re.sub(r'layer \{\n  name: "mnist" type: "Data" top: "data" top: "label"\n  include \{ phase: TEST \}.*?\n\}\n', '', lenet, flags=re.S)
@@ -91,6 +91,14 @@ def main():
     cifar = cifar.replace('transform_param { mean_file: "data/cifar10/mean.binaryproto" }', 'transform_param { scale: 0.00390625 }')
     cifar = re.sub(r'layer \{\n  name: "cifar" type: "Data" top: "data" top: "label"\n  include \{ phase: TEST \}.*?\n\}\n', '', cifar, flags=re.S)
     cifar = re.sub(r'layer \{\n  name: "accuracy".*?\n\}\n', '', cifar, flags=re.S)
+    return {'LeNet': lenet, 'CIFAR10-quick': cifar}
+
+
+def main():
+    tmp = tempfile.mkdtemp()
+    build_data(tmp)
+    nets = train_nets(tmp)
+    lenet, cifar = nets['LeNet'], nets['CIFAR10-quick']
     print('CIFAR10-quick reads a synthetic LMDB of random images (no CIFAR data ships here).')
     print('\n== iteration time (global batch = virtual workers x prototxt batch) ==')
     for name, text, iters in (('LeNet', lenet, 60), ('CIFAR10-quick', cifar, 24)):

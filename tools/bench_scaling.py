@@ -1,0 +1,79 @@
+"""Data-parallel throughput on this machine: one rank at one thread against 2 ranks (one thread
+each; overlapped and blocking reduction), one rank at two threads, and 4 ranks (oversubscribed
+on 2 cores: flat and two-level), for LeNet (shipped MNIST) and CIFAR10-quick (a synthetic LMDB).
+
+Configurations run interleaved (A B C ... A B C ...) for --rounds rounds so that machine drift
+cancels; each run's ms/iteration is the mean over its display intervals after the first (start
+up and JIT excluded); the table gives medians, images/s (global batch = ranks x prototxt batch),
+the speedup over one rank at one thread, and the time each iteration waited for the gradient
+reduction after backward (the exposed communication, from the run's summary line).
+
+Usage: python tools/bench_scaling.py [--rounds 3] [--nets LeNet,CIFAR10-quick] [--json out.json]
+"""
+import argparse
+import json
+import os
+import re
+import statistics
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench_parallel  # noqa: E402  (the LMDBs, the train nets and one run)
+
+ITERS = {'LeNet': 300, 'CIFAR10-quick': 60}
+BATCH = {'LeNet': 64, 'CIFAR10-quick': 100}
+ONE = {'PYCAFFE_FT_NUM_THREADS': '1'}
+CONFIGS = [  # label, ranks (global batch multiple), flags, environment
+    ('1 rank, 1 thread', 1, ['--np', '1'], ONE),
+    ('1 rank, 2 threads', 1, ['--np', '1'], {'PYCAFFE_FT_NUM_THREADS': '2'}),
+    ('2 ranks, overlap', 2, ['--np', '2'], ONE),
+    ('2 ranks, blocking', 2, ['--np', '2', '--overlap', 'off'], ONE),
+    ('4 ranks (oversubscribed), overlap', 4, ['--np', '4'], ONE),
+    ('4 ranks (oversubscribed), blocking', 4, ['--np', '4', '--overlap', 'off'], ONE),
+    ('4 ranks (oversubscribed), two levels K=2', 4, ['--np', '4', '--ranks-per-node', '2'], ONE),
+]
+
+
+def waited_ms(log):
+    m = re.search(r'([\d.]+) ms per iteration spent waiting', log)
+    return float(m.group(1)) if m else float('nan')
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    ap.add_argument('--rounds', type=int, default=3)
+    ap.add_argument('--nets', default='LeNet,CIFAR10-quick')
+    ap.add_argument('--json', help='also write the raw measurements here')
+    args = ap.parse_args()
+    tmp = tempfile.mkdtemp()
+    bench_parallel.build_data(tmp)
+    nets = bench_parallel.train_nets(tmp)
+    raw = {}
+    for name in args.nets.split(','):
+        for r in range(args.rounds):
+            for label, ranks, flags, env in CONFIGS:
+                d = bench_parallel.job(tmp, '%s_%d' % (name, CONFIGS.index((label, ranks, flags, env))), nets[name],
+                                       ITERS[name], ITERS[name] // 6)
+                log, _ = bench_parallel.run(d, flags, env)
+                raw.setdefault(name, {}).setdefault(label, []).append(
+                    (bench_parallel.iteration_ms(log), waited_ms(log)))
+                print('round %d %-14s %-42s %7.1f ms/iter' % (r + 1, name, label, raw[name][label][-1][0]), flush=True)
+    for name, rows in raw.items():
+        base = statistics.median(ms for ms, _ in rows['1 rank, 1 thread'])
+        print('\n### %s (batch %d per rank), median of %d interleaved rounds\n' % (name, BATCH[name], args.rounds))
+        print('| configuration | ms/iter | images/s | speedup vs 1 rank 1 thread | waiting for the reduction, ms/iter |')
+        print('|---|---|---|---|---|')
+        for label, ranks, _, _ in CONFIGS:
+            ms = statistics.median(m for m, _ in rows[label])
+            wait = statistics.median(w for _, w in rows[label])
+            speed = ranks * BATCH[name] / ms * 1e3
+            print('| %s | %.1f | %.0f | %.2fx | %s |' % (label, ms, speed, ranks * base / ms,
+                                                         '-' if wait != wait else '%.2f' % wait))
+    if args.json:
+        with open(args.json, 'w') as f:
+            json.dump(raw, f, indent=1)
+
+
+if __name__ == '__main__':
+    main()

@@ -1,0 +1,262 @@
+"""A scaling model of data-parallel training, fed with what this machine measures.
+
+Measured here: each net's per-layer forward/backward time at the per-rank batch (one thread),
+the solver update, how much slower compute runs when two processes share this machine's
+memory system (the contention factor), the Data layer's synchronous read time (LeNet, CIFAR),
+and the float32 allreduce cost between two ranks (latency alpha and bandwidth beta fitted to
+t = 2 alpha + S / beta over message sizes; loopback TCP here).
+
+Predicted per iteration, for P ranks:
+  compute  = (forward + backward + update) x contention (P > 1) + data read (P > 1: ranks read
+             synchronously; one rank prefetches on a spare core)
+  flat     = ring allreduce over P ranks: 2 (P - 1) alpha + 2 (P - 1) / P x S / beta
+  two-level= node: 2 (ceil(log2 R) alpha_node + S / beta_node) (reduce to the leader, broadcast
+             back), plus a ring over the N = P / R leaders with the inter-node alpha and beta
+  overlap  = buckets (as the trainer cuts them) start when backward has passed their last layer
+             and go one after another; only what runs past the end of backward is exposed.
+  oversubscribed (P ranks on C < P cores, as 4 ranks on this 2-core machine): compute is
+             time-shared, x P / C, and the reduction of a rank waits for the slowest.
+Efficiency = compute at one rank / iteration time; speedup = P x efficiency.
+
+Cluster figures are assumptions given on the command line (defaults: 32 ranks per node,
+inter-node 25 Gb/s with 5 us latency; intra-node as measured here over loopback TCP, which a
+shared-memory transport beats, so the node level is pessimistic).
+
+Usage: python tools/scaling_model.py [--measured bench_scaling.json] [--out docs/scaling-model.png]
+  --measured: the JSON of tools/bench_scaling.py --json, to print predicted against measured.
+"""
+import argparse
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+sys.path.insert(0, ROOT)
+
+NETS = {'LeNet': ('lenet', 64), 'CIFAR10-quick': ('cifar10_quick', 100), 'AlexNet': ('alexnet', 16),
+        'GoogLeNet': ('googlenet', 16)}
+SIZES = [1 << k for k in (10, 13, 16, 18, 20, 22)]  # float32 elements
+
+
+def mpi_probe():
+    """Under mpiexec -n 2: time float32 Allreduce for SIZES; rank 0 prints JSON."""
+    from mpi4py import MPI
+    comm = MPI.COMM_WORLD
+    out = {}
+    for n in SIZES:
+        buf, res = np.ones(n, np.float32), np.empty(n, np.float32)
+        reps = max(5, min(200, (1 << 24) // n))
+        comm.Barrier()
+        times = []
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            comm.Allreduce(buf, res, op=MPI.SUM)
+            times.append(time.perf_counter() - t0)
+        out[n] = statistics.median(times)
+    if comm.Get_rank() == 0:
+        print(json.dumps(out))
+
+
+def measure_allreduce():
+    """(alpha seconds, beta bytes/s) from a 2-rank run: t = 2 alpha + S / beta."""
+    from pycaffe_ft.parallel.launcher import mpiexec_command
+    cmd = mpiexec_command(2, [], ft=True)[:-3] + [sys.executable, os.path.abspath(__file__), '--mpi-probe']
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600,
+                          env=dict(os.environ, OPENBLAS_NUM_THREADS='1'))
+    line = [l for l in proc.stdout.splitlines() if l.startswith('{')]
+    if not line:
+        raise SystemExit('allreduce probe failed: %s' % proc.stderr[-2000:])
+    times = {int(k): v for k, v in json.loads(line[-1]).items()}
+    sizes = np.array(sorted(times), float) * 4
+    t = np.array([times[k] for k in sorted(times)])
+    slope, intercept = np.polyfit(sizes, t, 1)
+    return max(intercept / 2, 1e-7), 1.0 / max(slope, 1e-15), times
+
+
+def measure_compute(key, batch):
+    """(forward+backward+update seconds, gradient floats, [(bytes, backward seconds left
+    when the bucket is ready)]) at one thread."""
+    import bench_nets
+    import pycaffe_ft as caffe
+    from pycaffe_ft.bench import time_net
+    from pycaffe_ft.parallel.buckets import plan_buckets
+    caffe.set_num_threads(1)
+    proto, _ = bench_nets.build(key, batch)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, 'net.prototxt')
+        with open(path, 'w') as f:
+            f.write(str(proto))
+        iters = 20 if batch * 3 * 32 * 32 < 4e6 and key in ('lenet', 'cifar10_quick') else 3
+        times = time_net(path, iterations=iters, out=lambda *a: None)
+        net = caffe.Net(path, caffe.TRAIN)
+    backward = np.array(times['layer_backward_ms']) / 1e3
+    w = net.param_data
+    t0 = time.perf_counter()
+    for _ in range(3):
+        w -= np.float32(1e-9) * net.param_diff  # the fused update costs about one such pass
+    update = (time.perf_counter() - t0) / 3
+    buckets = [((hi - lo) * 4, float(backward[:ready].sum())) for lo, hi, ready in plan_buckets(net, 1 << 18)]
+    return (times['forward_ms'] + times['backward_ms']) / 1e3 + update, w.size, buckets, \
+        times['backward_ms'] / 1e3
+
+
+def measure_contention(key, batch):
+    """Compute time of two processes running at once / one alone (this machine)."""
+    code = ('import sys, time; sys.path.insert(0, %r); sys.path.insert(0, %r); import scaling_model as m; '
+            'print(m.measure_compute(%r, %d)[0])' % (HERE, ROOT, key, batch))
+    env = dict(os.environ, PYCAFFE_FT_NUM_THREADS='1', OPENBLAS_NUM_THREADS='1')
+    alone = float(subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, env=env).stdout)
+    procs = [subprocess.Popen([sys.executable, '-c', code], stdout=subprocess.PIPE, text=True, env=env) for _ in range(2)]
+    together = statistics.mean(float(p.communicate()[0]) for p in procs)
+    return together / alone
+
+
+def measure_data_read(name, batch):
+    """Seconds to read one batch synchronously from the Data layer (LeNet, CIFAR) or 0."""
+    if name not in ('LeNet', 'CIFAR10-quick'):
+        return 0.0
+    import bench_parallel
+    import pycaffe_ft as caffe
+    tmp = tempfile.mkdtemp()
+    bench_parallel.build_data(tmp)
+    source = os.path.join(tmp, 'mnist_train_lmdb' if name == 'LeNet' else 'cifar_synthetic_lmdb')
+    net = caffe.Net('layer { name: "d" type: "Data" top: "data" top: "label" transform_param { scale: 0.004 } '
+                    'data_param { source: "%s" batch_size: %d backend: LMDB } }' % (source, batch), caffe.TRAIN)
+    net.layers[0].synchronous = True
+    net.forward()
+    t0 = time.perf_counter()
+    for _ in range(20):
+        net.forward()
+    return (time.perf_counter() - t0) / 20
+
+
+def ring(p, size, alpha, beta):
+    return 0.0 if p <= 1 else 2 * (p - 1) * alpha + 2 * (p - 1) / p * size / beta
+
+
+def reduction_time(p, size, a):
+    """Seconds to reduce ``size`` bytes over p ranks: flat ring, or two levels (a['R'] per node)."""
+    if a['hierarchy'] == 'flat' or p <= a['R']:
+        if p <= a['R']:
+            return ring(p, size, a['alpha_node'], a['beta_node'])
+        return ring(p, size, a['alpha_net'], a['beta_net'])
+    nodes = p / a['R']
+    node_level = 2 * (math.ceil(math.log2(a['R'])) * a['alpha_node'] + size / a['beta_node'])
+    return node_level + ring(nodes, size, a['alpha_net'], a['beta_net'])
+
+
+def exposed(p, net, a, overlap):
+    if p <= 1:
+        return 0.0
+    if not overlap:
+        return sum(reduction_time(p, b, a) for b, _ in net['buckets'])
+    clock = 0.0
+    for size, left in net['buckets']:  # left: backward seconds still to run when it is ready
+        clock = max(clock, net['backward'] - left) + reduction_time(p, size, a)
+    return max(0.0, clock - net['backward'])
+
+
+def iteration(p, net, a, overlap, cores=None):
+    compute = net['compute'] * (net['contention'] if p > 1 else 1.0) + (net['data'] if p > 1 else 0.0)
+    if cores and p > cores:
+        compute *= p / cores
+    return compute + exposed(p, net, a, overlap)
+
+
+def main():
+    if '--mpi-probe' in sys.argv:
+        return mpi_probe()
+    ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    ap.add_argument('--nets', default=','.join(NETS))
+    ap.add_argument('--ranks-per-node', type=int, default=32)
+    ap.add_argument('--net-gbps', type=float, default=25.0, help='inter-node bandwidth, Gb/s (assumed)')
+    ap.add_argument('--net-latency-us', type=float, default=5.0, help='inter-node latency, us (assumed)')
+    ap.add_argument('--measured', help='tools/bench_scaling.py --json output, to validate against')
+    ap.add_argument('--out', default=os.path.join(ROOT, 'docs', 'scaling-model.png'))
+    args = ap.parse_args()
+    alpha, beta, probe = measure_allreduce()
+    print('allreduce here (2 ranks, loopback TCP): alpha %.1f us, beta %.2f GB/s (sizes %s floats)'
+          % (alpha * 1e6, beta / 1e9, ', '.join(str(k) for k in sorted(probe))))
+    a = dict(alpha_node=alpha, beta_node=beta, alpha_net=args.net_latency_us * 1e-6,
+             beta_net=args.net_gbps * 1e9 / 8, R=args.ranks_per_node)
+    nets = {}
+    for name in args.nets.split(','):
+        key, batch = NETS[name]
+        compute, floats, buckets, backward = measure_compute(key, batch)
+        nets[name] = dict(compute=compute, size=floats * 4, buckets=buckets, backward=backward,
+                          contention=measure_contention(key, batch), data=measure_data_read(name, batch))
+        n = nets[name]
+        print('%-14s b%-3d compute %.1f ms (backward %.1f), gradients %.2f MB in %d buckets, contention x%.2f, '
+              'data read %.1f ms' % (name, batch, compute * 1e3, backward * 1e3, n['size'] / 1e6, len(buckets),
+                                     n['contention'], n['data'] * 1e3), flush=True)
+    here = dict(a, R=2, hierarchy='flat', alpha_net=alpha, beta_net=beta)
+    if args.measured:
+        measured = json.load(open(args.measured))
+        print('\n### Predicted against measured on this machine (2 cores)\n')
+        print('| net | configuration | predicted ms/iter | measured ms/iter | error |')
+        print('|---|---|---|---|---|')
+        for name, rows in measured.items():
+            if name not in nets:
+                continue
+            for label, p, overlap in (('1 rank, 1 thread', 1, True), ('2 ranks, overlap', 2, True),
+                                      ('2 ranks, blocking', 2, False),
+                                      ('4 ranks (oversubscribed), overlap', 4, True),
+                                      ('4 ranks (oversubscribed), blocking', 4, False)):
+                got = statistics.median(ms for ms, _ in rows[label])
+                want = iteration(p, nets[name], here, overlap, cores=2) * 1e3
+                print('| %s | %s | %.1f | %.1f | %+.0f%% |' % (name, label, want, got, 100 * (want - got) / got))
+    print('\n### Predicted for a cluster (%d ranks per node, inter-node %.0f Gb/s, %.0f us)\n'
+          % (args.ranks_per_node, args.net_gbps, args.net_latency_us))
+    ranks = [8, 16, 32, 64, 128, 256, 512, 1024]
+    modes = [('flat', False), ('flat', True), ('two-level', False), ('two-level', True)]
+    print('| net | reduction | ' + ' | '.join('P=%d' % p for p in ranks) + ' |')
+    print('|---|---|' + '---|' * len(ranks))
+    curves = {}
+    for name, n in nets.items():
+        for hierarchy, overlap in modes:
+            cfg = dict(a, hierarchy=hierarchy)
+            eff = [n['compute'] / iteration(p, n, cfg, overlap) for p in ranks]
+            curves[(name, hierarchy, overlap)] = [p * e for p, e in zip(ranks, eff)]
+            print('| %s | %s%s | ' % (name, hierarchy, ', overlap' if overlap else '') +
+                  ' | '.join('%.0f%%' % (100 * e) for e in eff) + ' |')
+    print('\n(efficiency = one rank\'s compute time / predicted iteration time; speedup = P x efficiency)')
+    print('The issue cites HSGD as reporting ~20x faster training at scale from two-level reduction '
+          'with contiguous I/O and LARS; the model\'s two-level/flat speedup ratios at P=1024: ' +
+          ', '.join('%s %.1fx' % (name, curves[(name, 'two-level', True)][-1] / curves[(name, 'flat', True)][-1])
+                    for name in nets))
+    try:
+        import matplotlib
+        matplotlib.use('Agg')
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print('matplotlib missing: no chart')
+        return
+    fig, axes = plt.subplots(1, len(nets), figsize=(4 * len(nets), 3.6), squeeze=False)
+    for ax, name in zip(axes[0], nets):
+        for hierarchy, overlap in modes:
+            ax.plot(ranks, curves[(name, hierarchy, overlap)], marker='o', markersize=3,
+                    label='%s%s' % (hierarchy, ' + overlap' if overlap else ''))
+        ax.plot(ranks, ranks, color='grey', linestyle=':', label='ideal')
+        ax.set_xscale('log', base=2)
+        ax.set_yscale('log', base=2)
+        ax.set_title(name)
+        ax.set_xlabel('ranks')
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel('predicted speedup over one rank')
+    axes[0][0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(args.out, dpi=110)
+    print('wrote', args.out)
+
+
+if __name__ == '__main__':
+    main()
