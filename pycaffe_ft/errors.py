@@ -1,6 +1,6 @@
 """Typed exceptions of pycaffe-ft.
 
-Library code raises these and never exits the process; only ``cli.py`` turns them into
+Library code raises these and never exits the process; only the ``cli`` package turns them into
 messages and exit codes. Every message names what the user can act on: the file and line,
 the layer name and type, expected versus actual.
 """

@@ -61,7 +61,7 @@ def test_extract_features_writes_one_datum_per_item(tmp_path):
 
 def test_test_command_reports_means(tmp_path):
     model, weights = _model(tmp_path)
-    from pycaffe_ft.train_cli import test
+    from pycaffe_ft.cli.train import test
     means = test(str(model), str(weights), iterations=3)
     net = caffe.Net(str(model), str(weights), caffe.TEST)
     accs = [float(net.forward()['acc']) for _ in range(3)]

@@ -51,7 +51,7 @@ def _bool_flag(value):
 
 
 def _phase(name):
-    from .proto import caffe_pb2
+    from ..proto import caffe_pb2
     return caffe_pb2.TRAIN if name.upper() == 'TRAIN' else caffe_pb2.TEST
 
 
@@ -68,7 +68,7 @@ def cmd_info(args):
     import numpy as np
     from google.protobuf import __version__ as pb_version
 
-    from . import __version__
+    from .. import __version__
     print('pycaffe-ft %s' % __version__)
     print('python     %s' % platform.python_version())
     print('numpy      %s' % np.__version__)
@@ -87,7 +87,7 @@ def cmd_info(args):
     print('cores      %s' % os.cpu_count())
     for var in ('OMP_NUM_THREADS', 'OPENBLAS_NUM_THREADS', 'NUMBA_NUM_THREADS'):
         print('%s=%s' % (var, os.environ.get(var, '(unset)')))
-    from .parallel.mpi_env import describe_mpi
+    from ..parallel.mpi_env import describe_mpi
     for line in describe_mpi():
         print(line)
     return 0
@@ -96,7 +96,7 @@ def cmd_info(args):
 # -- time ----------------------------------------------------------------------------------
 @command('time', 'benchmark forward/backward of a net, per layer (like caffe time)')
 def cmd_time(args):
-    from .bench import time_net
+    from ..bench import time_net
     time_net(args.model, iterations=args.iterations, phase=_phase(args.phase), level=args.level,
              stages=_stages(args.stage), overrides=_parse_shapes(args.input_shape),
              weights=args.weights)
@@ -128,10 +128,10 @@ def _positive_float(text):
 def cmd_train(args):
     if not args.solver:
         raise SystemExit('train needs --solver SOLVER.prototxt')
-    from .parallel.launcher import in_mpi_job, launch
-    from .train_cli import train, train_parallel, warm_up
+    from ..parallel.launcher import in_mpi_job, launch
+    from .train import train, train_parallel, warm_up
     if args.inject_fault:
-        from . import faults
+        from .. import faults
         faults.inject(args.inject_fault)
     parallel = args.mpi_worker or in_mpi_job()
     if args.np > 1 and not parallel:
@@ -174,7 +174,7 @@ def _strip_flag(argv, flag):
 
 @command('test', 'score a trained model over N batches (like caffe test)')
 def cmd_test(args):
-    from .train_cli import test
+    from .train import test
     test(args.model, args.weights, iterations=args.iterations, level=args.level, stages=_stages(args.stage))
     return 0
 
@@ -182,7 +182,7 @@ def cmd_test(args):
 # -- dataset tools -------------------------------------------------------------------------
 @command('convert-mnist', 'MNIST IDX files (gzipped or not) -> LMDB (convert_mnist_data)')
 def cmd_convert_mnist(args):
-    from .data.convert import convert_mnist
+    from ..data.convert import convert_mnist
     convert_mnist(args.images, args.labels, args.db, args.backend)
     return 0
 
@@ -190,8 +190,8 @@ def cmd_convert_mnist(args):
 @command('prepare-mnist', 'build <dir>/mnist_train_lmdb and mnist_test_lmdb from the IDX files if missing')
 def cmd_prepare_mnist(args):
     import os
-    from .data.convert import convert_mnist
-    from .log import logger
+    from ..data.convert import convert_mnist
+    from ..log import logger
     for split, prefix in (('train', 'train'), ('test', 't10k')):
         db = os.path.join(args.dir, 'mnist_%s_lmdb' % split)
         if os.path.exists(db):
@@ -204,14 +204,14 @@ def cmd_prepare_mnist(args):
 
 @command('convert-cifar', 'CIFAR-10 binary batches -> LMDBs (convert_cifar_data)')
 def cmd_convert_cifar(args):
-    from .data.convert import convert_cifar
+    from ..data.convert import convert_cifar
     convert_cifar(args.input_folder, args.output_folder, args.backend)
     return 0
 
 
 @command('convert-imageset', 'an image list -> LMDB of Datums (convert_imageset)')
 def cmd_convert_imageset(args):
-    from .data.convert import convert_imageset
+    from ..data.convert import convert_imageset
     convert_imageset(args.root_folder, args.list_file, args.db, args.resize_height, args.resize_width,
                      args.shuffle, args.gray, args.encoded, args.encode_type, args.backend, args.check_size)
     return 0
@@ -219,14 +219,14 @@ def cmd_convert_imageset(args):
 
 @command('compute-image-mean', 'mean image of an LMDB -> .binaryproto (compute_image_mean)')
 def cmd_compute_image_mean(args):
-    from .data.convert import compute_image_mean
+    from ..data.convert import compute_image_mean
     compute_image_mean(args.db, args.output, args.backend)
     return 0
 
 
 @command('extract-features', 'blob values of a net over N batches -> LMDB of Datums')
 def cmd_extract_features(args):
-    from .data.features import extract_features
+    from ..data.features import extract_features
     extract_features(args.weights, args.model, args.blobs.split(','), args.dbs.split(','),
                      args.num_batches, args.backend)
     return 0
@@ -234,9 +234,9 @@ def cmd_extract_features(args):
 
 @command('draw-net', 'draw a net definition (pydot + Graphviz; .dot output needs nothing)')
 def cmd_draw_net(args):
-    from .draw import draw_net_to_file
-    from .netspec_io import load_net_param
-    from .proto import caffe_pb2
+    from ..draw import draw_net_to_file
+    from ..netspec_io import load_net_param
+    from ..proto import caffe_pb2
     param, _ = load_net_param(args.input_net_proto_file)
     phase = {'TRAIN': caffe_pb2.TRAIN, 'TEST': caffe_pb2.TEST}.get(args.phase.upper())
     draw_net_to_file(param, args.output_image_file, args.rankdir, phase)
@@ -246,7 +246,7 @@ def cmd_draw_net(args):
 
 @command('install-caffe-alias', 'opt-in: make "import caffe" load pycaffe-ft (never over a real caffe)')
 def cmd_install_alias(args):
-    from .alias import install_alias
+    from ..alias import install_alias
     print('Installed the caffe alias at %s' % install_alias(args.target))
     return 0
 
@@ -254,7 +254,7 @@ def cmd_install_alias(args):
 @command('parse-log', 'a training log -> LOG.train and LOG.test CSV files (like parse_log.py)')
 def cmd_parse_log(args):
     import os
-    from .logparse import parse_log, write_csv
+    from ..logparse import parse_log, write_csv
     train, test = parse_log(args.logfile)
     base = os.path.join(args.output_dir, os.path.basename(args.logfile))
     for rows, suffix in ((train, '.train'), (test, '.test')):
@@ -266,7 +266,7 @@ def cmd_parse_log(args):
 
 @command('plot-log', 'plot the outputs of a training log (needs matplotlib)')
 def cmd_plot_log(args):
-    from .logparse import plot_log
+    from ..logparse import plot_log
     print('Wrote %s' % plot_log(args.logfile, args.out, args.x))
     return 0
 
@@ -274,8 +274,8 @@ def cmd_plot_log(args):
 # -- upgrades ------------------------------------------------------------------------------
 @command('upgrade-net', 'write a V0/V1/old-input net definition in the current format')
 def cmd_upgrade_net(args):
-    from .netspec_io import load_net_param
-    from .proto.io import write_binary, write_text
+    from ..netspec_io import load_net_param
+    from ..proto.io import write_binary, write_text
     param, _ = load_net_param(args.input)
     if args.binary:
         write_binary(args.output, param)
@@ -287,8 +287,8 @@ def cmd_upgrade_net(args):
 
 @command('upgrade-solver', 'write a solver with the old solver_type enum in the current format')
 def cmd_upgrade_solver(args):
-    from .netspec_io import load_solver_param
-    from .proto.io import write_text
+    from ..netspec_io import load_solver_param
+    from ..proto.io import write_text
     write_text(args.output, load_solver_param(args.input))
     print('Wrote upgraded SolverParameter to %s' % args.output)
     return 0
@@ -404,7 +404,7 @@ def build_parser():
 
 
 def main(argv=None):
-    from .errors import CaffeError
+    from ..errors import CaffeError
     argv = normalize_gflags(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -421,7 +421,3 @@ def main(argv=None):
     except KeyboardInterrupt:
         print('pycaffe-ft %s: interrupted' % args.command, file=sys.stderr)
         return 130
-
-
-if __name__ == '__main__':
-    sys.exit(main())

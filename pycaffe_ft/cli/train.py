@@ -2,8 +2,8 @@
 import signal
 import sys
 
-from .errors import SolverError
-from .log import logger
+from ..errors import SolverError
+from ..log import logger
 
 __all__ = ['train', 'test', 'install_signal_handlers']
 
@@ -42,10 +42,10 @@ def _progress(solver):
 
 def train(solver_path, weights=None, snapshot=None, level=0, stages=(), sigint_effect='stop',
           sighup_effect='snapshot'):
-    from .solvers import Solver
+    from ..solvers import Solver
     if weights and snapshot:
         raise SolverError('give a snapshot to resume training or weights to finetune, not both')
-    from .netspec_io import load_solver_param
+    from ..netspec_io import load_solver_param
     param = load_solver_param(solver_path)
     param.train_state.level = level
     param.train_state.stage.extend(stages)
@@ -61,8 +61,8 @@ def train(solver_path, weights=None, snapshot=None, level=0, stages=(), sigint_e
 
 def warm_up(solver_path):
     """Compile (and cache) the Numba kernels in one process before starting ranks."""
-    from .netspec_io import load_solver_param
-    from .solvers import Solver
+    from ..netspec_io import load_solver_param
+    from ..solvers import Solver
     param = load_solver_param(solver_path)
     param.ClearField('test_iter')
     param.ClearField('test_net')
@@ -79,10 +79,10 @@ def train_parallel(solver_path, parallel, ft=True, virtual_workers=None, min_ran
                    sighup_effect='snapshot'):
     """Data-parallel training over MPI ranks (parallel=True) or V virtual workers in this
     process (parallel=False: no MPI is imported)."""
-    from . import faults
-    from .netspec_io import load_solver_param
-    from .parallel.comm import make_comm
-    from .parallel.trainer import DataParallelSolver
+    from .. import faults
+    from ..netspec_io import load_solver_param
+    from ..parallel.comm import make_comm
+    from ..parallel.trainer import DataParallelSolver
     if weights and snapshot:
         raise SolverError('give a snapshot to resume training or weights to finetune, not both')
     comm = make_comm(parallel, ft)
@@ -105,8 +105,8 @@ def train_parallel(solver_path, parallel, ft=True, virtual_workers=None, min_ran
 
 def test(model, weights, iterations=50, level=0, stages=()):
     """Caffe's ``caffe test``: per-batch outputs, then per-output means."""
-    from .net import Net
-    from .proto import caffe_pb2
+    from ..net import Net
+    from ..proto import caffe_pb2
     net = Net(model, weights=weights, phase=caffe_pb2.TEST, level=level, stages=stages)
     logger.info('Running for %d iterations.', iterations)
     totals, loss = None, 0.0
