@@ -45,14 +45,16 @@ def main():
     ap.add_argument('--rounds', type=int, default=3)
     ap.add_argument('--nets', default='LeNet,CIFAR10-quick')
     ap.add_argument('--json', help='also write the raw measurements here')
+    ap.add_argument('--only', action='append', help='a configuration label to run (repeatable; default: all)')
     args = ap.parse_args()
     tmp = tempfile.mkdtemp()
     bench_parallel.build_data(tmp)
     nets = bench_parallel.train_nets(tmp)
     raw = {}
+    configs = [c for c in CONFIGS if not args.only or c[0] in args.only]
     for name in args.nets.split(','):
         for r in range(args.rounds):
-            for label, ranks, flags, env in CONFIGS:
+            for label, ranks, flags, env in configs:
                 d = bench_parallel.job(tmp, '%s_%d' % (name, CONFIGS.index((label, ranks, flags, env))), nets[name],
                                        ITERS[name], ITERS[name] // 6)
                 log, _ = bench_parallel.run(d, flags, env)
@@ -64,7 +66,7 @@ def main():
         print('\n### %s (batch %d per rank), median of %d interleaved rounds\n' % (name, BATCH[name], args.rounds))
         print('| configuration | ms/iter | images/s | speedup vs 1 rank 1 thread | waiting for the reduction, ms/iter |')
         print('|---|---|---|---|---|')
-        for label, ranks, _, _ in CONFIGS:
+        for label, ranks, _, _ in configs:
             ms = statistics.median(m for m, _ in rows[label])
             wait = statistics.median(w for _, w in rows[label])
             speed = ranks * BATCH[name] / ms * 1e3

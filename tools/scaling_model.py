@@ -76,10 +76,10 @@ def measure_allreduce():
     if not line:
         raise SystemExit('allreduce probe failed: %s' % proc.stderr[-2000:])
     times = {int(k): v for k, v in json.loads(line[-1]).items()}
-    sizes = np.array(sorted(times), float) * 4
-    t = np.array([times[k] for k in sorted(times)])
-    slope, intercept = np.polyfit(sizes, t, 1)
-    return max(intercept / 2, 1e-7), 1.0 / max(slope, 1e-15), times
+    small, large = min(times), max(times)
+    alpha = times[small] / 2  # a 4 KB message costs its latency: t = 2 alpha at P = 2
+    beta = large * 4 / max(times[large] - 2 * alpha, 1e-9)
+    return alpha, beta, times
 
 
 def measure_compute(key, batch):
@@ -109,15 +109,19 @@ def measure_compute(key, batch):
         times['backward_ms'] / 1e3
 
 
-def measure_contention(key, batch):
-    """Compute time of two processes running at once / one alone (this machine)."""
+def measure_contention(key, batch, rounds=3):
+    """Compute time of two processes running at once / one alone (this machine): the median
+    over ``rounds`` of (alone, together) pairs, so that drift of a shared machine cancels."""
     code = ('import sys, time; sys.path.insert(0, %r); sys.path.insert(0, %r); import scaling_model as m; '
             'print(m.measure_compute(%r, %d)[0])' % (HERE, ROOT, key, batch))
     env = dict(os.environ, PYCAFFE_FT_NUM_THREADS='1', OPENBLAS_NUM_THREADS='1')
-    alone = float(subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, env=env).stdout)
-    procs = [subprocess.Popen([sys.executable, '-c', code], stdout=subprocess.PIPE, text=True, env=env) for _ in range(2)]
-    together = statistics.mean(float(p.communicate()[0]) for p in procs)
-    return together / alone
+    ratios = []
+    for _ in range(rounds):
+        alone = float(subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, env=env).stdout)
+        procs = [subprocess.Popen([sys.executable, '-c', code], stdout=subprocess.PIPE, text=True, env=env)
+                 for _ in range(2)]
+        ratios.append(statistics.mean(float(p.communicate()[0]) for p in procs) / alone)
+    return statistics.median(ratios)
 
 
 def measure_data_read(name, batch):

@@ -53,6 +53,8 @@ class DataLayer(Layer):
         self.record_of = lambda position: position % len(self.db)
         self.prefetch = max(1, p.prefetch)
         self.synchronous = False  # parallel trainers set positions per micro-batch: no prefetch
+        self.serving = None  # synchronous mode: what the caller says is read now (see read_ahead)
+        self._ahead = None
         self._queue = None
         self._thread = None
         self.output_labels = len(top) > 1
@@ -67,15 +69,17 @@ class DataLayer(Layer):
         if len(top) > 1:
             top[1].reshape((self.batch,))
 
-    def load_batch(self, start):
-        """Batch of records for positions start .. start+batch-1: (data, labels, record indices)."""
+    def load_batch(self, start, record_of=None):
+        """Batch of records for positions start .. start+batch-1 (mapped to records by
+        ``record_of``, default the layer's): (data, labels, record indices)."""
+        record_of = record_of or self.record_of
         data = np.empty((self.batch,) + tuple(self.out_shape), np.float32)
         labels = np.empty(self.batch, np.float32)
         # crops and mirrors depend only on the position: reproducible on resume and on any rank
         self.transformer.rng = new_rng('transform', self.name, start)
         records = []
         for i in range(self.batch):
-            index = self.record_of(start + i)
+            index = record_of(start + i)
             key, value = self.db[index]
             image, label = self._image(key, value)
             if image.shape != self.chw:
@@ -108,6 +112,7 @@ class DataLayer(Layer):
         self._thread.start()
 
     def stop_prefetch(self):
+        self._drop_ahead()
         if self._thread is not None:
             self._stop.set()
             while self._thread.is_alive():
@@ -117,6 +122,37 @@ class DataLayer(Layer):
                     pass
             self._thread = None
 
+    def read_ahead(self, key, start, record_of):
+        """Synchronous mode: load the batch at ``start`` (records through ``record_of``) in a
+        background thread now; forward() takes it if ``serving`` equals ``key`` and the
+        position is ``start`` by then, else drops it. At most one batch is read ahead; the
+        caller's guess may be wrong (after a failure), it only costs the wasted read."""
+        self._drop_ahead()
+        box = {}
+
+        def read():
+            try:
+                box['item'] = self.load_batch(start, record_of)
+            except Exception as e:  # raised by forward() if this batch is used
+                box['item'] = e
+        thread = threading.Thread(target=read, daemon=True, name='read-ahead-%s' % self.name)
+        thread.start()
+        self._ahead = (key, start, thread, box)
+
+    def _drop_ahead(self):
+        if self._ahead is not None:
+            self._ahead[2].join()
+            self._ahead = None
+
+    def _take_ahead(self):
+        """The batch read ahead for (serving, position), else None (waits for the read)."""
+        if self._ahead is None:
+            return None
+        key, start, thread, box = self._ahead
+        self._ahead = None
+        thread.join()
+        return box['item'] if (key, start) == (self.serving, self.position) else None
+
     def seek(self, position):
         """Serve position ``position`` next (drops prefetched batches)."""
         self.stop_prefetch()
@@ -124,7 +160,9 @@ class DataLayer(Layer):
 
     def forward(self, bottom, top):
         if self.synchronous:
-            item = self.load_batch(self.position)
+            item = self._take_ahead()
+            if item is None:
+                item = self.load_batch(self.position)
         else:
             if self._thread is None:
                 self._start()

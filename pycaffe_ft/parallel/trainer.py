@@ -16,6 +16,7 @@ import numpy as np
 
 from .. import faults
 from ..errors import CaffeError, SolverError
+from ..intra_op import num_threads
 from ..log import logger
 from ..solvers.solver import Solver
 from .buckets import BucketedReduction, Levels, plan_buckets
@@ -79,6 +80,8 @@ class DataParallelSolver(Solver):
 
     def _setup_data_layers(self):
         self.data_layers = self.net.data_layers()
+        ranks_here = int(os.environ.get('OMPI_COMM_WORLD_LOCAL_SIZE', '1') or 1)
+        self.spare_core = (os.cpu_count() or 1) > ranks_here * num_threads()
         for net in [self.net] + self.test_nets:
             for layer in net.data_layers():
                 layer.stop_prefetch()
@@ -132,21 +135,41 @@ class DataParallelSolver(Solver):
     def _hosted(self):
         return self.hosting[self.comm.world_rank]
 
-    def _run_worker(self, v, collect, reduction=None):
+    def _reading(self, layer, v, iteration, pass_index):
+        """(record mapping, position) of worker v's micro-batch ``pass_index`` of ``iteration``."""
+        n, isz = len(layer.db), self.param.iter_size
+        return (lambda p, v=v, n=n: record_of(p, v, self.V, n),
+                (iteration * isz + pass_index) * layer.batch + layer.initial_position)
+
+    def _read_ahead(self, v, iteration, pass_index):
+        """Let the Data layers read the micro-batch expected next while this one computes, if
+        this node has a core to spare (else the reading thread only competes with compute)."""
+        if not self.spare_core:
+            return
+        for layer in self.data_layers:
+            if hasattr(layer, 'read_ahead'):
+                records, start = self._reading(layer, v, iteration, pass_index)
+                layer.read_ahead((v, self.V), start, records)
+
+    def _run_worker(self, v, collect, reduction=None, then=None):
         """Forward/backward of worker v's micro-batches (all iter_size passes); param diffs
         accumulate. Appends (v, records) to collect; returns the summed loss. ``reduction``
-        (if any) posts buckets during the last pass's backward."""
+        (if any) posts buckets during the last pass's backward; ``then`` = (worker, iteration)
+        expected next, whose first micro-batch is read ahead during the last backward."""
         loss = 0.0
         isz = self.param.iter_size
         for pass_index in range(isz):
             for layer in self.data_layers:
-                n = len(layer.db)
-                layer.record_of = lambda p, v=v, n=n: record_of(p, v, self.V, n)
-                layer.position = (self.iter * isz + pass_index) * layer.batch + layer.initial_position
+                layer.record_of, layer.position = self._reading(layer, v, self.iter, pass_index)
+                layer.serving = (v, self.V)
             self.net.set_iteration(self.iter, worker=v, pass_index=pass_index)
             faults.check('forward', self.iter)
             self._bn_current = {}
             loss += self.net.forward_from_to()
+            if pass_index < isz - 1:
+                self._read_ahead(v, self.iter, pass_index + 1)
+            elif then is not None:
+                self._read_ahead(then[0], then[1], 0)
             faults.check('backward', self.iter)
             if reduction is not None and pass_index == isz - 1:
                 self._reduction = reduction
@@ -180,15 +203,18 @@ class DataParallelSolver(Solver):
         time. With ``overlap``, the last worker's gradient goes into the sum bucket by bucket
         during its backward, each bucket sent as soon as it is complete (the first attempt of
         the reduction)."""
+        hosted = self._hosted()
         for k, v in enumerate(workers):
             self.net.clear_param_diffs()
+            then = (workers[k + 1], self.iter) if k + 1 < len(workers) else \
+                (hosted[0], self.iter + 1) if hosted else None
             if overlap and k == len(workers) - 1 and not self._levels_stale:
                 self._first_attempt = BucketedReduction(self.comm, self.buckets, self._local, self.net.param_diff,
                                                         self._levels, self._on_post)
-                self._local_loss += self._run_worker(v, self._contributions, self._first_attempt)
+                self._local_loss += self._run_worker(v, self._contributions, self._first_attempt, then)
                 self._first_attempt.post_all()  # buckets no layer marked done (none expected)
             else:
-                self._local_loss += self._run_worker(v, self._contributions)
+                self._local_loss += self._run_worker(v, self._contributions, then=then)
                 self._local += self.net.param_diff
 
     def _build_levels(self):

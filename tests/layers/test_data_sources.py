@@ -128,3 +128,40 @@ def test_layer_type_list_has_every_bvlc_type():
                 'SigmoidCrossEntropyLoss', 'Silence', 'Slice', 'Softmax', 'SoftmaxWithLoss', 'Split', 'Swish',
                 'TanH', 'Threshold', 'Tile'}
     assert expected <= set(caffe.layer_type_list())
+
+
+def _data_net(tmp_path, batch=10):
+    """A Data layer over an LMDB of 60 random 1x4x4 Datums."""
+    from pycaffe_ft.data.db import DBWriter
+    from pycaffe_ft.proto import caffe_pb2
+    rng = np.random.default_rng(0)
+    db = str(tmp_path / 'lmdb')
+    with DBWriter(db) as writer:
+        for i in range(60):
+            d = caffe_pb2.Datum(channels=1, height=4, width=4, label=i % 10,
+                                data=rng.integers(0, 256, 16, np.uint8).tobytes())
+            writer.put('%03d' % i, d.SerializeToString())
+    return caffe.Net('layer { name: "d" type: "Data" top: "data" top: "label" '
+                     'data_param { source: "%s" batch_size: %d backend: LMDB } }' % (db, batch), caffe.TRAIN)
+
+
+def test_a_batch_read_ahead_is_served_only_when_it_is_the_one_asked_for(tmp_path):
+    """Synchronous mode (parallel trainers): read_ahead loads the expected next micro-batch in
+    a thread; forward() takes it when (serving, position) match, else reads what is asked."""
+    net = _data_net(tmp_path)
+    layer = net.layers[0]
+    layer.synchronous = True
+    every_third = lambda p: (3 * p) % 60  # noqa: E731  (a worker's record mapping)
+    reference = layer.load_batch(20, every_third)
+    calls = []
+    original = layer.load_batch
+    layer.load_batch = lambda start, record_of=None: calls.append(start) or original(start, record_of)
+    layer.serving, layer.record_of, layer.position = ('w', 1), every_third, 20
+    layer.read_ahead(('w', 1), 20, every_third)
+    net.forward()
+    assert calls == [20]  # only the read ahead: forward did not read again
+    assert np.array_equal(net.blobs['data'].data, reference[0]) and layer.last_records == reference[2]
+    layer.read_ahead(('w', 1), 40, every_third)  # a wrong guess: another worker is served next
+    layer.serving, layer.record_of, layer.position = ('other', 1), (lambda p: p % 60), 30
+    net.forward()
+    assert calls == [20, 40, 30] and layer.last_records == list(range(30, 40))
