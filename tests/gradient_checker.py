@@ -65,10 +65,13 @@ def _objective(layer, bottom, top, weights, before_forward=None):
 
 
 def check_gradient(layer, bottom, top, check_bottom=None, stepsize=1e-2, threshold=1e-3,
-                   kink=0.0, kink_range=-1.0, seed=1701, check_params=True, before_forward=None):
+                   kink=0.0, kink_range=-1.0, seed=1701, check_params=True, before_forward=None,
+                   check_tops=None):
     """Assert analytic == numeric gradients for the bottoms in ``check_bottom`` (default:
     all) and all param blobs. ``layer`` must be set up already (bottom data filled).
-    ``before_forward(layer)`` runs before every forward (e.g. to fix a random mask)."""
+    ``before_forward(layer)`` runs before every forward (e.g. to fix a random mask).
+    ``check_tops``: the tops whose diffs the layer propagates (default: all); the others get
+    weight 0 in the objective (Caffe's exposed recurrent states, for one, propagate none)."""
     rng = np.random.default_rng(seed)
     check_bottom = range(len(bottom)) if check_bottom is None else check_bottom
     for b in list(bottom) + list(layer.blobs):
@@ -84,6 +87,9 @@ def check_gradient(layer, bottom, top, check_bottom=None, stepsize=1e-2, thresho
             weights.append(rng.standard_normal(t.shape).astype(np.float32))
     for t, w in zip(top, weights):
         t.diff[...] = w
+    for i, w in enumerate(weights):
+        if check_tops is not None and i not in check_tops:
+            w[...] = 0  # its diff (set above, nonzero) must not reach the bottoms or params
     propagate = [i in check_bottom for i in range(len(bottom))]
     layer.backward(top, propagate, bottom)
     targets = [('bottom %d' % i, bottom[i], bottom[i].diff.copy()) for i in check_bottom]
@@ -120,7 +126,7 @@ class LayerTestCase:
     LayerParameter text, without bottoms/tops unless needed), ``bottoms`` (specs for
     :func:`make_bottom`), and optionally ``check_bottom``, ``check_params``,
     ``kink``/``kink_range``, ``phase``, ``stepsize``, ``threshold``, ``fixed_rng`` (reseed the
-    layer's generator before every forward: Dropout masks). Each config is gradient-checked.
+    layer's generator before every forward: Dropout masks), ``check_tops`` (tops that propagate). Each config is gradient-checked.
     """
     layer_type = None
     configs = ()
@@ -144,4 +150,5 @@ class LayerTestCase:
             check_gradient(layer, bottom, top, cfg.get('check_bottom'),
                            stepsize=cfg.get('stepsize', 1e-2), threshold=cfg.get('threshold', 1e-3),
                            kink=cfg.get('kink', 0.0), kink_range=cfg.get('kink_range', -1.0),
-                           check_params=cfg.get('check_params', True), before_forward=reseed)
+                           check_params=cfg.get('check_params', True), before_forward=reseed,
+                           check_tops=cfg.get('check_tops'))

@@ -5,8 +5,9 @@ on 2 cores: flat and two-level), for LeNet (shipped MNIST) and CIFAR10-quick (a 
 Configurations run interleaved (A B C ... A B C ...) for --rounds rounds so that machine drift
 cancels; each run's ms/iteration is the mean over its display intervals after the first (start
 up and JIT excluded); the table gives medians, images/s (global batch = ranks x prototxt batch),
-the speedup over one rank at one thread, and the time each iteration waited for the gradient
-reduction after backward (the exposed communication, from the run's summary line).
+the speedup over one rank at one thread, the communication exposed per iteration (from the last
+rank's end of backward to the agreed gradient sum) and the time a rank waited after its own
+backward (which adds the other ranks' lateness), both from the run's summary line.
 
 Usage: python tools/bench_scaling.py [--rounds 3] [--nets LeNet,CIFAR10-quick] [--json out.json]
 """
@@ -35,9 +36,11 @@ CONFIGS = [  # label, ranks (global batch multiple), flags, environment
 ]
 
 
-def waited_ms(log):
-    m = re.search(r'([\d.]+) ms per iteration spent waiting', log)
-    return float(m.group(1)) if m else float('nan')
+def exposed_ms(log):
+    """(exposed: last rank's end of backward -> agreed sum, waited after backward incl. the
+    other ranks' lateness) ms per iteration, from the run's summary line."""
+    m = re.search(r'([\d.]+) ms per iteration exposed .*?; ([\d.]+) ms per iteration spent waiting', log)
+    return (float(m.group(1)), float(m.group(2))) if m else (float('nan'), float('nan'))
 
 
 def main():
@@ -59,19 +62,20 @@ def main():
                                        ITERS[name], ITERS[name] // 6)
                 log, _ = bench_parallel.run(d, flags, env)
                 raw.setdefault(name, {}).setdefault(label, []).append(
-                    (bench_parallel.iteration_ms(log), waited_ms(log)))
+                    (bench_parallel.iteration_ms(log),) + exposed_ms(log))
                 print('round %d %-14s %-42s %7.1f ms/iter' % (r + 1, name, label, raw[name][label][-1][0]), flush=True)
     for name, rows in raw.items():
-        base = statistics.median(ms for ms, _ in rows['1 rank, 1 thread'])
+        base = statistics.median(r[0] for r in rows['1 rank, 1 thread'])
         print('\n### %s (batch %d per rank), median of %d interleaved rounds\n' % (name, BATCH[name], args.rounds))
-        print('| configuration | ms/iter | images/s | speedup vs 1 rank 1 thread | waiting for the reduction, ms/iter |')
-        print('|---|---|---|---|---|')
+        print('| configuration | ms/iter | images/s | speedup vs 1 rank 1 thread | exposed communication, '
+              'ms/iter | waited after backward (incl. imbalance), ms/iter |')
+        print('|---|---|---|---|---|---|')
         for label, ranks, _, _ in configs:
-            ms = statistics.median(m for m, _ in rows[label])
-            wait = statistics.median(w for _, w in rows[label])
+            ms, exposed, wait = (statistics.median(r[k] for r in rows[label]) for k in range(3))
             speed = ranks * BATCH[name] / ms * 1e3
-            print('| %s | %.1f | %.0f | %.2fx | %s |' % (label, ms, speed, ranks * base / ms,
-                                                         '-' if wait != wait else '%.2f' % wait))
+            print('| %s | %.1f | %.0f | %.2fx | %s | %s |' % (
+                label, ms, speed, ranks * base / ms, '-' if exposed != exposed else '%.2f' % exposed,
+                '-' if wait != wait else '%.2f' % wait))
     if args.json:
         with open(args.json, 'w') as f:
             json.dump(raw, f, indent=1)

@@ -215,11 +215,15 @@ class MVNLayer(Layer):
     exact_num_top = 1
 
     def reshape(self, bottom, top):
+        """Like Caffe, through the legacy num/channels/height/width accessors (1 for a missing
+        axis): a 2-D (N, C) bottom gives an (N, C, 1, 1) top, normalised over 1 value per row
+        unless across_channels."""
         p = self.layer_param.mvn_param
-        shape = bottom[0].shape
-        self.rows = shape[0] if p.across_channels else shape[0] * (shape[1] if len(shape) > 1 else 1)
+        b = bottom[0]
+        legacy = (b.num, b.channels, b.height, b.width)
+        self.rows = b.num if p.across_channels else b.num * b.channels
         if top[0] is not bottom[0]:
-            top[0].reshape(shape)
+            top[0].reshape(legacy)
 
     def forward(self, bottom, top):
         p = self.layer_param.mvn_param

@@ -5,6 +5,10 @@ Bottoms: x (T, N, ...), cont (T, N) (0 starts a new sequence), [x_static (N, ...
 LSTM gates are ordered [i, f, o, g]; c_t = cont_t f c_{t-1} + i g, h_t = o tanh(c_t), and
 h_{t-1} is multiplied by cont_t before W_hc. RNN: h_t = tanh(W_hh (cont_t h_{t-1}) + W_xh x_t
 + b_h), o_t = tanh(W_ho h_t + b_o).
+
+With expose_hidden, Caffe shares only the *data* of h_0/c_0 and h_T/c_T with its unrolled net
+(``ShareData``, not ``ShareDiff``): diffs written into the h_T/c_T tops do not flow back, and
+the h_0/c_0 bottoms receive no diff (left as they are). This matches it.
 """
 import numpy as np
 
@@ -73,17 +77,14 @@ class _RecurrentLayer(Layer):
         states = bottom[3 if self.static else 2:]
         return x, cont, static, states
 
-    def _diff_inputs(self, bottom, propagate_down, dx, dstatic, dstates):
+    def _diff_inputs(self, bottom, propagate_down, dx, dstatic):
+        """x and x_static diffs; never cont's, and (as Caffe) none into exposed h_0/c_0."""
         if propagate_down[1]:
             raise self.error('cannot backpropagate to the sequence continuation indicators')
         if propagate_down[0]:
             bottom[0].diff.reshape(self.T, self.N, self.input_dim)[...] = dx
         if self.static and propagate_down[2]:
             bottom[2].diff.reshape(self.N, self.static_dim)[...] = dstatic
-        first = 3 if self.static else 2
-        for b, down, d in zip(bottom[first:], propagate_down[first:], dstates):
-            if down:
-                b.diff.reshape(self.N, self.hidden)[...] = d
 
 
 @LAYERS.register('LSTM')
@@ -137,8 +138,8 @@ class LSTMLayer(_RecurrentLayer):
         x, cont, static, _ = self._inputs(bottom)
         W_hc = self.blobs[-1].data
         dy = top[0].diff.reshape(T, N, H)
-        dh = top[1].diff.reshape(N, H).copy() if self.expose_hidden else np.zeros((N, H), np.float32)
-        dc = top[2].diff.reshape(N, H).copy() if self.expose_hidden else np.zeros((N, H), np.float32)
+        dh = np.zeros((N, H), np.float32)  # h_T/c_T top diffs do not flow back (module docstring)
+        dc = np.zeros((N, H), np.float32)
         dpre_all = np.empty((T, N, 4 * H), np.float32)
         dW_hc = np.zeros_like(W_hc, dtype=np.float64)
         for t in range(T - 1, -1, -1):
@@ -168,7 +169,7 @@ class LSTMLayer(_RecurrentLayer):
         if self.param_propagate_down[-1]:
             self.blobs[-1].diff[...] += dW_hc
         dx = dpre_all @ self.blobs[0].data
-        self._diff_inputs(bottom, propagate_down, dx, dstatic, [dh, dc])
+        self._diff_inputs(bottom, propagate_down, dx, dstatic)
 
 
 @LAYERS.register('RNN')
@@ -216,7 +217,7 @@ class RNNLayer(_RecurrentLayer):
         x, cont, static, _ = self._inputs(bottom)
         W_xh, b_h, W_s, W_hh, W_ho, b_o = self._params()
         dy = top[0].diff.reshape(T, N, H)
-        dh_next = top[1].diff.reshape(N, H).copy() if self.expose_hidden else np.zeros((N, H), np.float32)
+        dh_next = np.zeros((N, H), np.float32)  # the h_T top diff does not flow back (module docstring)
         da_all = np.empty((T, N, H), np.float32)
         dW_hh = np.zeros((H, H)); dW_ho = np.zeros((H, H)); db_o = np.zeros(H)
         for t in range(T - 1, -1, -1):
@@ -248,7 +249,7 @@ class RNNLayer(_RecurrentLayer):
             W_ho.diff[...] += dW_ho
         if pd[k + 2]:
             b_o.diff[...] += db_o
-        self._diff_inputs(bottom, propagate_down, da_all @ W_xh.data, dstatic, [dh_next])
+        self._diff_inputs(bottom, propagate_down, da_all @ W_xh.data, dstatic)
 
 
 @LAYERS.register('LSTMUnit')

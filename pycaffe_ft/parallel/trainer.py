@@ -54,7 +54,8 @@ class DataParallelSolver(Solver):
         self.buckets = plan_buckets(self.net, max(1, int(bucket_mb * (1 << 20)) // 4))
         self._reduction = None
         self.net._hooks['after_backward'].append(self._layer_done)
-        self.comm_wait_s, self.reductions = 0.0, 0
+        self.comm_wait_s, self.comm_exposed_s, self.reductions = 0.0, 0.0, 0
+        self._backward_end = time.time()
         if hierarchy not in ('auto', 'flat'):
             raise CaffeError('hierarchy must be auto or flat, got %r' % hierarchy)
         if ranks_per_node is not None and ranks_per_node < 1:
@@ -190,11 +191,13 @@ class DataParallelSolver(Solver):
         self._first_attempt = None
         self._compute(self._hosted(), overlap=self.overlap)
         result, extras = self._collective(self._reduce, 'allreduce')
+        # exposed communication: from the last rank's end of backward to the agreed result
+        self.comm_exposed_s += max(0.0, time.time() - extras[self._extras_split(2):].max())
+        self.reductions += 1
         np.multiply(result, np.float32(1.0 / self.V), out=self.net.param_diff)
-        self._apply_batchnorm(extras[:self.bn_size * self.V * isz])
-        tail = extras[self.bn_size * self.V * isz:]
-        total_loss = float(tail[-1])
-        self._check_ledger(tail[:-1])
+        self._apply_batchnorm(extras[:self._extras_split(0)])
+        self._check_ledger(extras[self._extras_split(0):self._extras_split(1)])
+        total_loss = float(extras[self._extras_split(1)])
         self.samples += self.V * isz * (self.data_layers[0].batch if self.data_layers else 0)
         return total_loss / (self.V * isz)
 
@@ -216,6 +219,7 @@ class DataParallelSolver(Solver):
             else:
                 self._local_loss += self._run_worker(v, self._contributions, then=then)
                 self._local += self.net.param_diff
+        self._backward_end = time.time()
 
     def _build_levels(self):
         """(Re)build the two reduction levels from the current communicator, or decide on a
@@ -249,6 +253,14 @@ class DataParallelSolver(Solver):
         if self._reduction is not None:
             self._reduction.layer_done(layer_index)
 
+    def _extras_split(self, part):
+        """Where part 0 (BatchNorm statistics), 1 (ledger), 2 (loss) of the extras ends;
+        after the loss: each rank's end-of-backward time (time.time()) in its own slot."""
+        ends = [self.bn_size * self.V * self.param.iter_size]
+        ends.append(ends[0] + 3 * self.V)
+        ends.append(ends[1] + 1)
+        return ends[part]
+
     def _pack(self):
         isz = self.param.iter_size
         bn = np.zeros((self.V, isz, self.bn_size))
@@ -262,7 +274,9 @@ class DataParallelSolver(Solver):
                 bn[v, pass_index] = np.concatenate(parts)
             r = np.asarray(records, np.float64)
             ledger[v] += [len(r), r.sum(), (r * r).sum()]
-        return np.concatenate([bn.ravel(), ledger.ravel(), [self._local_loss]])
+        backward_end = np.zeros(self.comm.size)
+        backward_end[self.comm.rank] = self._backward_end
+        return np.concatenate([bn.ravel(), ledger.ravel(), [self._local_loss], backward_end])
 
     def _reduce(self):
         """One attempt: the overlapped one started during backward, else (a retry, or no
@@ -277,7 +291,6 @@ class DataParallelSolver(Solver):
             return reduction.finish(self._pack())
         finally:
             self.comm_wait_s += reduction.waited_s
-            self.reductions += 1
 
     def _apply_batchnorm(self, flat):
         """Every rank applies all workers' statistics in worker order: replicas stay identical."""
@@ -411,6 +424,8 @@ class DataParallelSolver(Solver):
                     ', '.join('ranks %s at iteration %d (%s)' % (f['dead'], f['iter'], f['phase']) for f in self.failures) or 'none',
                     total, self.samples)
         if self.reductions:
-            logger.info('Gradient reduction: %.2f ms per iteration spent waiting for it after backward '
-                        '(overlap %s, %d buckets)', 1e3 * self.comm_wait_s / self.reductions,
+            logger.info('Gradient reduction: %.2f ms per iteration exposed (from the last rank\'s end of '
+                        'backward to the agreed sum); %.2f ms per iteration spent waiting for it after '
+                        'backward, imbalance between ranks included (overlap %s, %d buckets)',
+                        1e3 * self.comm_exposed_s / self.reductions, 1e3 * self.comm_wait_s / self.reductions,
                         'on' if self.overlap else 'off', len(self.buckets))

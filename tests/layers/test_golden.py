@@ -16,11 +16,19 @@ from tests.helpers import shared_listing, shared_path
 TOL = 1e-4
 EXACT_TYPES = {'Accuracy', 'ArgMax', 'Split', 'Silence', 'Concat', 'Slice', 'Flatten', 'Reshape',
                'Tile', 'Crop', 'Filter', 'BatchReindex', 'Im2col', 'Parameter'}
-CASES = shared_listing('golden', 'layers')
+REGRESSION = 'regressions/'  # ../shared/golden/regressions/layers/: cases that once differed
+CASES = shared_listing('golden', 'layers') + [REGRESSION + c for c in shared_listing('golden', 'regressions', 'layers')
+                                              if c != '<missing>']
+
+
+def case_dir(name):
+    if name.startswith(REGRESSION):
+        return shared_path('golden', 'regressions', 'layers', name[len(REGRESSION):])
+    return shared_path('golden', 'layers', name)
 
 
 def load_case(name):
-    d = shared_path('golden', 'layers', name)
+    d = case_dir(name)
     with open(os.path.join(d, 'meta.json')) as f:
         meta = json.load(f)
     return d, meta, dict(np.load(os.path.join(d, 'case.npz')))

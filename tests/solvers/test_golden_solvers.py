@@ -13,11 +13,16 @@ from pycaffe_ft.proto import caffe_pb2
 from pycaffe_ft.proto.io import blob_to_array, read_binary
 from tests.helpers import shared_listing, shared_path
 
-CASES = shared_listing('golden', 'solvers')
+REGRESSION = 'regressions/'  # ../shared/golden/regressions/solvers/: cases that once differed
+CASES = shared_listing('golden', 'solvers') + [REGRESSION + c for c in shared_listing('golden', 'regressions', 'solvers')
+                                               if c != '<missing>']
 
 
 def run_solver_case(case, workdir):
-    d = shared_path('golden', 'solvers', case)
+    if case.startswith(REGRESSION):
+        d = shared_path('golden', 'regressions', 'solvers', case[len(REGRESSION):])
+    else:
+        d = shared_path('golden', 'solvers', case)
     shutil.copytree(d, workdir, dirs_exist_ok=True)
     with open(os.path.join(d, 'meta.json')) as f:
         meta = json.load(f)
