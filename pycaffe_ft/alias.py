@@ -19,7 +19,7 @@ import pycaffe_ft
 from pycaffe_ft import *  # noqa: F401,F403
 from pycaffe_ft import __version__, io, net_spec, proto  # noqa: F401
 
-for _name in ('io', 'net_spec', 'proto', 'proto.caffe_pb2', 'draw', 'classifier', 'detector'):
+for _name in ('io', 'net_spec', 'proto', 'proto.caffe_pb2', 'draw', 'classifier', 'detector', 'coord_map'):
     sys.modules['caffe.' + _name] = importlib.import_module('pycaffe_ft.' + _name)
 __getattr__ = pycaffe_ft.__getattr__
 '''

@@ -609,6 +609,12 @@ class Net:
         from .hdf5 import save_hdf5
         save_hdf5(self, path)
 
+    def load_hdf5(self, path):
+        """pycaffe's Net.load_hdf5: copy the layers of a Caffe HDF5 model (``data/<layer>/<i>``,
+        as save_hdf5 and Caffe's Net::ToHDF5 write) into this net; absent layers are skipped."""
+        from .hdf5 import copy_from_hdf5
+        copy_from_hdf5(self, path)
+
     # -- debug info --------------------------------------------------------------------------
     def _forward_debug_info(self, i):
         for bid in self.top_ids[i]:

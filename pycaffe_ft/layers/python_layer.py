@@ -7,7 +7,18 @@ from ..blob import Blob
 from ..registry import LAYERS
 from .base import Layer
 
-__all__ = ['PythonLayer', 'UserLayer']
+__all__ = ['PythonLayer', 'UserLayer', 'BlobVec']
+
+
+class BlobVec(list):
+    """pycaffe's BlobVec, as a Python layer's ``self.blobs``: a list of Blobs whose
+    ``add_blob(*shape)`` appends a new zero blob. Blobs added in ``setup`` are the layer's
+    learnable parameters (updated by solvers, saved in .caffemodel files, shareable by name)."""
+
+    def add_blob(self, *shape):
+        blob = Blob(shape[0] if len(shape) == 1 and not isinstance(shape[0], int) else shape)
+        self.append(blob)
+        return blob
 
 
 class UserLayer:
@@ -20,12 +31,11 @@ class UserLayer:
 
     def __init__(self, param=None):
         self.layer_param = param
-        self.blobs = []
+        self.blobs = BlobVec()
 
     def add_blob(self, *shape):
-        blob = Blob(shape[0] if len(shape) == 1 and not isinstance(shape[0], int) else shape)
-        self.blobs.append(blob)
-        return blob
+        """The same as ``self.blobs.add_blob(*shape)``."""
+        return self.blobs.add_blob(*shape)
 
     def setup(self, bottom, top):
         pass
@@ -72,13 +82,12 @@ class PythonLayer(Layer):
             impl = cls(self.layer_param)
         except TypeError:
             impl = cls()
-        if not hasattr(impl, 'blobs'):
-            impl.blobs = []
         impl.param_str = self.layer_param.python_param.param_str
         impl.phase = self.phase
+        self.blobs = BlobVec(self.blobs)  # blobs from the definition, if any, stay first
         impl.blobs = self.blobs
         if not hasattr(impl, 'add_blob'):
-            impl.add_blob = lambda *shape: UserLayer.add_blob(impl, *shape)
+            impl.add_blob = self.blobs.add_blob
         self.impl = impl
         impl.setup(bottom, top)
 
