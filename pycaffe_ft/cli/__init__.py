@@ -336,8 +336,9 @@ def build_parser():
                    help='treat every K consecutive ranks as one node (two-level reduction on one machine)')
     p.add_argument('--overlap', default='on', choices=['on', 'off'],
                    help='send gradient buckets during backward (on) or after it (off)')
-    p.add_argument('--bucket-mb', '--bucket_mb', type=_positive_float, default=1.0,
-                   help='gradient bucket size in MB (whole parameter blobs per bucket; default 1)')
+    p.add_argument('--bucket-mb', '--bucket_mb', type=_positive_float, default=None,
+                   help='gradient bucket size in MB (whole parameter blobs per bucket; default 1, or a '
+                        'quarter of the gradients when that is smaller)')
     p.add_argument('--ledger', help='append the record indices each iteration consumed to this file (JSON lines)')
     p.add_argument('--mpi-worker', action='store_true', help=argparse.SUPPRESS)
     p = sub.add_parser('test', help=COMMANDS['test'][1])

@@ -36,7 +36,7 @@ class DataParallelSolver(Solver):
     as Caffe divides by iter_size."""
 
     def __init__(self, param, comm, virtual_workers=None, min_ranks=1, ledger=None, overlap=True,
-                 bucket_mb=1.0, hierarchy='auto', ranks_per_node=None, **kwargs):
+                 bucket_mb=None, hierarchy='auto', ranks_per_node=None, **kwargs):
         self.comm = comm
         super().__init__(param, **kwargs)
         self.V = virtual_workers or comm.size
@@ -51,6 +51,8 @@ class DataParallelSolver(Solver):
         self._setup_batchnorm()
         self._broadcast_weights()
         self.overlap = overlap
+        if bucket_mb is None:  # 1 MB, or a quarter of a small net's gradients: small nets overlap too
+            bucket_mb = min(1.0, self.net.param_diff.size * 4 / 4 / (1 << 20))
         self.buckets = plan_buckets(self.net, max(1, int(bucket_mb * (1 << 20)) // 4))
         self._reduction = None
         self.net._hooks['after_backward'].append(self._layer_done)
@@ -63,7 +65,7 @@ class DataParallelSolver(Solver):
         self.hierarchy, self.ranks_per_node = hierarchy, ranks_per_node
         self._levels, self._levels_stale = None, True
         self._collective(self._build_levels, 'levels')
-        logger.info('Gradient reduction: %d float32 buckets of >= %g MB%s', len(self.buckets), bucket_mb,
+        logger.info('Gradient reduction: %d float32 buckets of >= %.3g MB%s', len(self.buckets), bucket_mb,
                     ', overlapped with backward' if overlap else ', after backward (no overlap)')
 
     # -- setup -------------------------------------------------------------------------------
