@@ -9,6 +9,12 @@ import tempfile
 __all__ = ['atomic_write_bytes']
 
 
+def _umask():
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def atomic_write_bytes(path, data, midway=None):
     """Write ``data`` to ``path`` atomically; raise OSError (e.g. disk full) with no trace left.
 
@@ -18,6 +24,7 @@ def atomic_write_bytes(path, data, midway=None):
     fd, tmp = tempfile.mkstemp(prefix='.' + os.path.basename(path) + '.', suffix='.tmp',
                                dir=directory)
     try:
+        os.fchmod(fd, 0o666 & ~_umask())  # as open() would: mkstemp's 0600 ignores the umask
         with os.fdopen(fd, 'wb') as f:
             half = len(data) // 2
             f.write(data[:half])

@@ -27,6 +27,8 @@ def parse_spec(text):
     phase = parts[2] if len(parts) == 3 else 'forward'
     if phase not in PHASES:
         raise ValueError('unknown fault phase %r; known: %s' % (phase, ', '.join(PHASES)))
+    if not (parts[0].isdigit() and parts[1].isdigit()):
+        raise ValueError('fault spec must be RANK:ITER[:PHASE] with whole numbers RANK and ITER, got %r' % text)
     return int(parts[0]), int(parts[1]), phase
 
 

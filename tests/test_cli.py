@@ -78,3 +78,47 @@ def test_errors_are_messages_not_tracebacks(tmp_path):
     assert proc.returncode == 1
     assert 'Traceback' not in proc.stderr
     assert 'bad.prototxt:2' in proc.stderr and 'ceil_mode' in proc.stderr
+
+
+@pytest.mark.parametrize('flags, message', [
+    (['--np', '0'], '--np: expected a whole number >= 1'),
+    (['--np', '-3'], '--np: expected a whole number >= 1'),
+    (['--virtual-workers', '0'], '--virtual-workers'),
+    (['--inject-fault', 'banana'], 'RANK:ITER[:PHASE]'),
+    (['--inject-fault', '1:x'], 'whole numbers'),
+    (['--inject-fault', '1:50:sideways'], "unknown fault phase 'sideways'"),
+    (['--bucket-mb', 'nan'], "expected a positive number, got 'nan'"),
+])
+def test_bad_train_values_are_one_line_errors(flags, message, capsys):
+    with pytest.raises(SystemExit) as e:
+        cli.main(['train', '--solver', 'solver.prototxt'] + flags)
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err and 'Traceback' not in err
+
+
+def test_train_requires_a_solver(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(['train'])
+    assert 'the following arguments are required: --solver' in capsys.readouterr().err
+
+
+@pytest.mark.parametrize('caffe_name, ours', [('convert_imageset', 'convert-imageset'),
+                                              ('compute_image_mean', 'compute-image-mean'),
+                                              ('upgrade_net_proto_text', 'upgrade-net'),
+                                              ('upgrade_solver_proto_text', 'upgrade-solver'),
+                                              ('extract_features', 'extract-features')])
+def test_caffes_tool_names_work_and_every_command_describes_itself(caffe_name, ours, capsys):
+    with pytest.raises(SystemExit) as e:
+        cli.main([caffe_name, '--help'])
+    assert e.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith('usage: pycaffe-ft %s' % ours)
+    description = out.split('\n\n')[1].strip()
+    assert description and description[0].isupper() and description.endswith('.')
+
+
+def test_device_query_describes_the_cpu(capsys):
+    assert cli.main(['device_query']) == 0
+    out = capsys.readouterr().out
+    assert 'Device: CPU' in out and 'Cores:' in out

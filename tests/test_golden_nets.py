@@ -17,8 +17,8 @@ NETS_DIR = os.path.join(SHARED, 'golden', 'nets')
 
 def _net_ids():
     index = os.path.join(NETS_DIR, 'index.tsv')
-    if not os.path.exists(index):
-        return [pytest.param('<missing>')]
+    if not os.path.exists(index):  # a fresh clone: these skip with the reason (fail under CI)
+        return [pytest.param('<missing>'), pytest.param('<missing, slow>', marks=[pytest.mark.slow])]
     params = []
     with open(index) as f:
         header = f.readline().rstrip('\n').split('\t')

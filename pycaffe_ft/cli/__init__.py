@@ -93,6 +93,24 @@ def cmd_info(args):
     return 0
 
 
+@command('device-query', "caffe device_query: the device training runs on (the CPU: no GPU mode here)")
+def cmd_device_query(args):
+    from ..intra_op import blas_library, num_threads
+    model = 'unknown'
+    try:
+        with open('/proc/cpuinfo') as f:
+            model = next(line.split(':', 1)[1].strip() for line in f if line.startswith('model name'))
+    except (OSError, StopIteration):
+        pass
+    blas = blas_library()
+    print('Device: CPU (pycaffe-ft has no GPU mode; --gpu is accepted and ignored)')
+    print('Model:           %s' % model)
+    print('Cores:           %s' % os.cpu_count())
+    print('Threads per run: %d' % num_threads())
+    print('BLAS:            %s' % ('OpenBLAS, %s kernels' % blas.corename() if blas else 'not OpenBLAS'))
+    return 0
+
+
 # -- time ----------------------------------------------------------------------------------
 @command('time', 'benchmark forward/backward of a net, per layer (like caffe time)')
 def cmd_time(args):
@@ -101,6 +119,16 @@ def cmd_time(args):
              stages=_stages(args.stage), overrides=_parse_shapes(args.input_shape),
              weights=args.weights)
     return 0
+
+
+def _fault_spec(text):
+    """RANK:ITER[:PHASE], checked now (faults.parse_spec) so that a typo is a one-line error."""
+    from .. import faults
+    try:
+        faults.parse_spec(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return text
 
 
 def _positive_int(text):
@@ -126,8 +154,6 @@ def _positive_float(text):
 # -- train / test --------------------------------------------------------------------------
 @command('train', 'train a net (like caffe train); --np N for fault-tolerant data parallelism')
 def cmd_train(args):
-    if not args.solver:
-        raise SystemExit('train needs --solver SOLVER.prototxt')
     from ..parallel.launcher import in_mpi_job, launch
     from .train import train, train_parallel, warm_up
     if args.inject_fault:
@@ -299,7 +325,14 @@ def build_parser():
         'Caffe-compatible deep learning with fault-tolerant MPI training. '
         'Flags also accept Caffe\'s gflags spellings (-solver S, --solver=S).'))
     sub = parser.add_subparsers(dest='command', metavar='COMMAND')
+    add_parser = sub.add_parser
+
+    def described(name, **kwargs):  # every subcommand's --help opens with what it does
+        return add_parser(name, description=COMMANDS[name][1][:1].upper() + COMMANDS[name][1][1:] + '.', **kwargs)
+    sub.add_parser = described
     p = sub.add_parser('info', help=COMMANDS['info'][1])
+    p = sub.add_parser('device-query', help=COMMANDS['device-query'][1])
+    p.add_argument('--gpu', default=None, help='accepted and ignored (CPU only), with a warning')
     p = sub.add_parser('time', help=COMMANDS['time'][1])
     p.add_argument('--model', required=True, help='net definition (.prototxt)')
     p.add_argument('--iterations', type=int, default=50)
@@ -311,7 +344,7 @@ def build_parser():
                    help='NAME=N,C,H,W: shape of a data layer top fed with synthetic input')
     p.add_argument('--gpu', default=None, help='accepted and ignored (CPU only), with a warning')
     p = sub.add_parser('train', help=COMMANDS['train'][1])
-    p.add_argument('--solver', help='solver definition (.prototxt)')
+    p.add_argument('--solver', required=True, help='solver definition (.prototxt)')
     p.add_argument('--weights', help='comma-separated .caffemodel files to start from (finetuning)')
     p.add_argument('--snapshot', help='.solverstate to resume from')
     p.add_argument('--level', type=int, default=0)
@@ -319,13 +352,13 @@ def build_parser():
     p.add_argument('--sigint_effect', '--sigint-effect', default='stop', choices=['stop', 'snapshot', 'none'])
     p.add_argument('--sighup_effect', '--sighup-effect', default='snapshot', choices=['stop', 'snapshot', 'none'])
     p.add_argument('--gpu', default=None, help='accepted and ignored (CPU only), with a warning')
-    p.add_argument('--np', type=int, default=1, help='start N MPI ranks (data-parallel, fault tolerant)')
-    p.add_argument('--virtual-workers', '--virtual_workers', type=int, default=None,
+    p.add_argument('--np', type=_positive_int, default=1, help='start N MPI ranks (data-parallel, fault tolerant)')
+    p.add_argument('--virtual-workers', '--virtual_workers', type=_positive_int, default=None,
                    help='virtual workers V (default: the starting number of ranks)')
     p.add_argument('--ft', default='on', choices=['on', 'off'], help='ULFM fault tolerance (off: fail-stop MPI)')
-    p.add_argument('--min-ranks', '--min_ranks', type=int, default=1,
+    p.add_argument('--min-ranks', '--min_ranks', type=_positive_int, default=1,
                    help='give up (with a final snapshot) below this many ranks')
-    p.add_argument('--inject-fault', '--inject_fault', action='append', default=[],
+    p.add_argument('--inject-fault', '--inject_fault', action='append', default=[], type=_fault_spec,
                    help='RANK:ITER[:PHASE]: SIGKILL that rank there (phases: forward, backward, bucket '
                         '(a gradient bucket in flight), node and leader (a bucket in flight at that level '
                         'of a two-level reduction), allreduce, snapshot, test, broadcast); repeatable')
@@ -404,9 +437,28 @@ def build_parser():
     return parser
 
 
+# Caffe's own tool names (tools/*.cpp, caffe's subcommands) -> ours
+CAFFE_TOOL_NAMES = {'convert_imageset': 'convert-imageset', 'compute_image_mean': 'compute-image-mean',
+                    'extract_features': 'extract-features', 'convert_mnist_data': 'convert-mnist',
+                    'convert_cifar_data': 'convert-cifar', 'upgrade_net_proto_text': 'upgrade-net',
+                    'upgrade_net_proto_binary': 'upgrade-net', 'upgrade_solver_proto_text': 'upgrade-solver',
+                    'device_query': 'device-query', 'draw_net': 'draw-net', 'parse_log': 'parse-log'}
+
+
+def _canonical_command(argv):
+    """Caffe's spelling of a command (``convert_imageset``, ``device_query``) -> ours."""
+    for i, arg in enumerate(argv):
+        if not arg.startswith('-'):
+            name = CAFFE_TOOL_NAMES.get(arg, arg)
+            if name not in COMMANDS and arg.replace('_', '-') in COMMANDS:
+                name = arg.replace('_', '-')
+            return argv[:i] + [name] + argv[i + 1:]
+    return argv
+
+
 def main(argv=None):
     from ..errors import CaffeError
-    argv = normalize_gflags(sys.argv[1:] if argv is None else argv)
+    argv = _canonical_command(normalize_gflags(sys.argv[1:] if argv is None else argv))
     parser = build_parser()
     args = parser.parse_args(argv)
     if not args.command:

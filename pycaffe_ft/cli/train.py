@@ -93,6 +93,7 @@ def train_parallel(solver_path, parallel, ft=True, virtual_workers=None, min_ran
     solver = DataParallelSolver(param, comm, virtual_workers=virtual_workers, min_ranks=min_ranks,
                                 ledger=ledger, overlap=overlap, bucket_mb=bucket_mb, hierarchy=hierarchy,
                                 ranks_per_node=ranks_per_node, weights=weights)
+    solver.path = solver_path  # named in messages (the command that resumes)
     logger.info('Data-parallel training: %d ranks, %d virtual workers (fault tolerance %s)',
                 comm.size, solver.V, 'on' if parallel and ft else 'off')
     if comm.rank == 0:

@@ -344,14 +344,18 @@ class DataParallelSolver(Solver):
         if not dead:
             return False
         if self.comm.size < self.min_ranks:
+            state = None
             if self.is_root:
                 try:
-                    self.snapshot()
+                    state = self.snapshot()[-1]
                 except CaffeError as e:
                     logger.error('final snapshot failed: %s', e)
-            raise TooFewRanks('only %d ranks survive (original ranks %s), fewer than --min-ranks %d; '
-                              'a final snapshot was written at iteration %d'
-                              % (self.comm.size, self.comm.members, self.min_ranks, self.iter))
+            alive = '1 rank survives' if self.comm.size == 1 else '%d ranks survive' % self.comm.size
+            resume = (' at iteration %d (%s); resume with: pycaffe-ft train --solver %s --snapshot %s --np %d'
+                      % (self.iter, state, self.path or 'SOLVER', state, self.min_ranks)) if state else ''
+            raise TooFewRanks('only %s (original ranks %s), fewer than --min-ranks %d; a final snapshot was '
+                              'written%s' % (alive, self.comm.members, self.min_ranks, resume or
+                                             ' at iteration %d by the root' % self.iter))
         self.hosting = reassign(old_hosting, self.comm.members)
         mine = [v for v in self._hosted() if v not in old_hosting.get(self.comm.world_rank, [])]
         self._set_root_logging()

@@ -193,7 +193,8 @@ def test_survives_failures_in_every_phase(tmp_path, mnist, faults):
 def test_below_min_ranks_gives_up_with_a_final_snapshot(tmp_path, mnist):
     job = make_job(tmp_path, mnist)
     log = train(job, '--np', '2', '--min-ranks', '2', '--inject-fault', '1:4', expect=1)
-    assert 'fewer than --min-ranks 2' in log
+    assert 'only 1 rank survives' in log and 'fewer than --min-ranks 2' in log
+    assert 'resume with: pycaffe-ft train --solver solver.prototxt --snapshot lenet_iter_4.solverstate --np 2' in log
     assert os.path.exists(job / 'lenet_iter_4.solverstate')
 
 
