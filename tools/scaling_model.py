@@ -90,7 +90,7 @@ def measure_compute(key, batch):
     import bench_nets
     import pycaffe_ft as caffe
     from pycaffe_ft.bench import time_net
-    from pycaffe_ft.parallel.buckets import plan_buckets
+    from pycaffe_ft.parallel.buckets import bucket_elements, plan_buckets
     caffe.set_num_threads(1)
     proto, _ = bench_nets.build(key, batch)
     with tempfile.TemporaryDirectory() as tmp:
@@ -106,7 +106,7 @@ def measure_compute(key, batch):
     for _ in range(3):
         w -= np.float32(1e-9) * net.param_diff  # the fused update costs about one such pass
     update = (time.perf_counter() - t0) / 3
-    buckets = [((hi - lo) * 4, float(backward[:ready].sum())) for lo, hi, ready in plan_buckets(net, 1 << 18)]
+    buckets = [((hi - lo) * 4, float(backward[:ready].sum())) for lo, hi, ready in plan_buckets(net, bucket_elements(net.param_diff.size))]
     return (times['forward_ms'] + times['backward_ms']) / 1e3 + update, w.size, buckets, \
         times['backward_ms'] / 1e3
 

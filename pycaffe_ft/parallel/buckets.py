@@ -22,12 +22,20 @@ import numpy as np
 
 from .comm import ProcessFailure
 
-__all__ = ['plan_buckets', 'Levels', 'BucketedReduction']
+__all__ = ['plan_buckets', 'bucket_elements', 'Levels', 'BucketedReduction']
 
 
-def plan_buckets(net, bucket_elements):
+def bucket_elements(gradient_elements, bucket_mb=None):
+    """Floats per bucket: ``bucket_mb`` MB, or by default 1 MB or a quarter of the gradients,
+    whichever is smaller (so that a small net's reduction overlaps with its backward too)."""
+    if bucket_mb is None:
+        return max(1, min(1 << 18, gradient_elements // 4))
+    return max(1, int(bucket_mb * (1 << 20)) // 4)
+
+
+def plan_buckets(net, per_bucket):
     """[(lo, hi, ready_layer)] over ``net.param_diff``, last parameters first: whole blobs
-    gathered until a bucket holds at least ``bucket_elements`` values. ``ready_layer`` is the
+    gathered until a bucket holds at least ``per_bucket`` values. ``ready_layer`` is the
     lowest layer index that writes into the bucket (a shared blob is final only after the
     first layer that uses it): the bucket is complete once backward has passed that layer."""
     first_user = {}
@@ -41,7 +49,7 @@ def plan_buckets(net, bucket_elements):
         if hi is None:
             hi, ready = int(offsets[lid + 1]), first_user.get(lid, 0)
         ready = min(ready, first_user.get(lid, 0))
-        if hi - lo >= bucket_elements or lid == 0:
+        if hi - lo >= per_bucket or lid == 0:
             buckets.append((lo, hi, ready))
             hi = None
     return buckets

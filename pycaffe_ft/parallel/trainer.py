@@ -19,7 +19,7 @@ from ..errors import CaffeError, SolverError
 from ..intra_op import num_threads
 from ..log import logger
 from ..solvers.solver import Solver
-from .buckets import BucketedReduction, Levels, plan_buckets
+from .buckets import BucketedReduction, Levels, bucket_elements, plan_buckets
 from .comm import ProcessFailure
 from .workers import assign, reassign, record_of
 
@@ -51,9 +51,8 @@ class DataParallelSolver(Solver):
         self._setup_batchnorm()
         self._broadcast_weights()
         self.overlap = overlap
-        if bucket_mb is None:  # 1 MB, or a quarter of a small net's gradients: small nets overlap too
-            bucket_mb = min(1.0, self.net.param_diff.size * 4 / 4 / (1 << 20))
-        self.buckets = plan_buckets(self.net, max(1, int(bucket_mb * (1 << 20)) // 4))
+        per_bucket = bucket_elements(self.net.param_diff.size, bucket_mb)
+        self.buckets = plan_buckets(self.net, per_bucket)
         self._reduction = None
         self.net._hooks['after_backward'].append(self._layer_done)
         self.comm_wait_s, self.comm_exposed_s, self.reductions = 0.0, 0.0, 0
@@ -65,7 +64,7 @@ class DataParallelSolver(Solver):
         self.hierarchy, self.ranks_per_node = hierarchy, ranks_per_node
         self._levels, self._levels_stale = None, True
         self._collective(self._build_levels, 'levels')
-        logger.info('Gradient reduction: %d float32 buckets of >= %.3g MB%s', len(self.buckets), bucket_mb,
+        logger.info('Gradient reduction: %d float32 buckets of >= %.3g MB%s', len(self.buckets), per_bucket * 4 / 2 ** 20,
                     ', overlapped with backward' if overlap else ', after backward (no overlap)')
 
     # -- setup -------------------------------------------------------------------------------
