@@ -50,7 +50,7 @@ def train(solver_path, weights=None, snapshot=None, level=0, stages=(), sigint_e
     param.train_state.level = level
     param.train_state.stage.extend(stages)
     logger.info('Using CPU (pycaffe-ft runs on the CPU)')
-    solver = Solver(param, weights=weights)
+    solver = Solver(param, weights=weights, source=solver_path)
     solver.path = solver_path
     install_signal_handlers(solver, sigint_effect, sighup_effect)
     _progress(solver)
@@ -68,7 +68,7 @@ def warm_up(solver_path):
     param.ClearField('test_net')
     param.ClearField('test_net_param')
     param.test_interval = 0
-    solver = Solver(param)
+    solver = Solver(param, source=solver_path)
     solver.net.forward_backward()
     for layer in solver.net.data_layers():
         layer.stop_prefetch()
@@ -90,10 +90,9 @@ def train_parallel(solver_path, parallel, ft=True, virtual_workers=None, min_ran
     param = load_solver_param(solver_path)
     param.train_state.level = level
     param.train_state.stage.extend(stages)
-    solver = DataParallelSolver(param, comm, virtual_workers=virtual_workers, min_ranks=min_ranks,
-                                ledger=ledger, overlap=overlap, bucket_mb=bucket_mb, hierarchy=hierarchy,
-                                ranks_per_node=ranks_per_node, weights=weights)
-    solver.path = solver_path  # named in messages (the command that resumes)
+    solver = DataParallelSolver(param, comm, virtual_workers=virtual_workers, min_ranks=min_ranks, ledger=ledger,
+                                overlap=overlap, bucket_mb=bucket_mb, hierarchy=hierarchy,
+                                ranks_per_node=ranks_per_node, weights=weights, source=solver_path)
     logger.info('Data-parallel training: %d ranks, %d virtual workers (fault tolerance %s)',
                 comm.size, solver.V, 'on' if parallel and ft else 'off')
     if comm.rank == 0:

@@ -17,6 +17,7 @@ from ..proto import caffe_pb2
 from ..random import set_random_seed
 from .lr_policies import learning_rate
 from .rules import RULES
+from .settings import check_solver_settings
 from .snapshot import restore_state, write_snapshot
 
 __all__ = ['Solver', 'STOP', 'SNAPSHOT', 'NONE']
@@ -47,14 +48,17 @@ class Solver:
     allreduce of a parallel trainer does).
     """
 
-    def __init__(self, param, solver_type=None, weights=None, level=None, stages=None):
+    def __init__(self, param, solver_type=None, weights=None, level=None, stages=None, source=None):
+        """``param``: a solver file or SolverParameter; ``source``: the file it came from, when
+        ``param`` is already parsed (named in error messages)."""
         self.param = load_solver_param(param)
-        self.path = param if isinstance(param, str) and os.path.exists(param) else None
+        self.path = source or (param if isinstance(param, str) and os.path.exists(param) else None)
         p = self.param
         if solver_type is not None:
             p.type = solver_type
         rule_cls = RULES.get(p.type, SolverError, 'solver: ')
-        if p.lars_eta != 0 and not (p.lars_eta > 0 and np.isfinite(p.lars_eta)):
+        check_solver_settings(p, self.path or 'the solver')
+        if p.lars_eta < 0:
             raise SolverError('lars_eta must be a positive number (0 = LARS off), got %g' % p.lars_eta)
         if p.lars_eta > 0 and p.type not in ('SGD', 'Nesterov'):
             raise SolverError('lars_eta (LARS) applies to the SGD and Nesterov solvers, not type: "%s"' % p.type)

@@ -88,7 +88,7 @@ def test_zero_biases_keep_the_plain_rate(tmp_path):
     np.testing.assert_allclose(bias.data, -0.5 * 2 * captured[0] / 2, rtol=1e-6, atol=1e-9)
 
 
-@pytest.mark.parametrize('eta, kind, message', [('-0.1', 'SGD', 'positive'), ('nan', 'SGD', 'positive'),
+@pytest.mark.parametrize('eta, kind, message', [('-0.1', 'SGD', 'positive'), ('nan', 'SGD', 'lars_eta: nan'),
                                                  ('0.01', 'Adam', 'SGD and Nesterov')])
 def test_refused_settings(tmp_path, eta, kind, message):
     with pytest.raises(SolverError, match=message):
