@@ -13,7 +13,7 @@ import os
 import signal
 import time
 
-__all__ = ['inject', 'check', 'PHASES', 'parse_spec']
+__all__ = ['inject', 'check', 'PHASES', 'parse_spec', 'warn_unfired']
 
 PHASES = ('forward', 'backward', 'bucket', 'node', 'leader', 'allreduce', 'snapshot', 'test', 'broadcast')
 _specs = []
@@ -58,3 +58,15 @@ def check(phase, iteration):
                 with open(stamp, 'a') as f:
                     f.write('%d %d %s %.6f\n' % (rank, iteration, phase, time.time()))
             os.kill(os.getpid(), signal.SIGKILL)
+
+
+def warn_unfired():
+    """At the end of a run: this process's scheduled faults that never fired (a fired one
+    killed it), each named with why it may not have (the phase does not happen at that
+    iteration: no test or snapshot there, a broadcast only at iteration 0, ...)."""
+    from .log import logger
+    for rank, iteration, phase in _specs:
+        if rank == _rank[0]:
+            logger.warning('--inject-fault %d:%d:%s never fired: rank %d reached no %s phase at iteration %d '
+                           '(training ended first, or that phase does not run at that iteration)',
+                           rank, iteration, phase, rank, phase, iteration)

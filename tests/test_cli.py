@@ -122,3 +122,19 @@ def test_device_query_describes_the_cpu(capsys):
     assert cli.main(['device_query']) == 0
     out = capsys.readouterr().out
     assert 'Device: CPU' in out and 'Cores:' in out
+
+
+def test_a_scheduled_fault_that_never_fires_is_reported(tmp_path):
+    (tmp_path / 'net.prototxt').write_text(
+        'layer { name: "x" type: "DummyData" top: "x" top: "y" dummy_data_param { shape { dim: 2 dim: 3 } '
+        'shape { dim: 2 } data_filler { type: "gaussian" } } }\n'
+        'layer { name: "ip" type: "InnerProduct" bottom: "x" top: "ip" inner_product_param { num_output: 2 } }\n'
+        'layer { name: "loss" type: "SoftmaxWithLoss" bottom: "ip" bottom: "y" top: "loss" }\n')
+    (tmp_path / 'solver.prototxt').write_text('net: "net.prototxt" base_lr: 0.01 lr_policy: "fixed" max_iter: 3 '
+                                              'snapshot_after_train: false')
+    proc = subprocess.run([sys.executable, '-m', 'pycaffe_ft.cli', 'train', '--solver', 'solver.prototxt',
+                           '--inject-fault', '0:2:snapshot', '--inject-fault', '0:40'], cwd=str(tmp_path),
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert '--inject-fault 0:2:snapshot never fired' in proc.stderr
+    assert '--inject-fault 0:40:forward never fired' in proc.stderr

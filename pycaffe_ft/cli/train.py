@@ -51,11 +51,12 @@ def train(solver_path, weights=None, snapshot=None, level=0, stages=(), sigint_e
     param.train_state.stage.extend(stages)
     logger.info('Using CPU (pycaffe-ft runs on the CPU)')
     solver = Solver(param, weights=weights, source=solver_path)
-    solver.path = solver_path
     install_signal_handlers(solver, sigint_effect, sighup_effect)
     _progress(solver)
     logger.info('Starting Optimization')
     solver.solve(snapshot)
+    from .. import faults
+    faults.warn_unfired()
     return solver
 
 

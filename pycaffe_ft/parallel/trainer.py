@@ -344,6 +344,7 @@ class DataParallelSolver(Solver):
             return False
         if self.comm.size < self.min_ranks:
             state = None
+            self._set_root_logging()  # a new root logs its final snapshot lines
             if self.is_root:
                 try:
                     state = self.snapshot()[-1]
@@ -422,6 +423,7 @@ class DataParallelSolver(Solver):
         return None
 
     def summary(self):
+        faults.warn_unfired()
         total = sum(f['recovery_s'] for f in self.failures)
         logger.info('Parallel training summary: %d virtual workers, %d ranks alive of %d, %d failures '
                     '(%s), total recovery time %.3fs, %d samples processed', self.V, self.comm.size,

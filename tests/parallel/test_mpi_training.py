@@ -190,10 +190,12 @@ def test_survives_failures_in_every_phase(tmp_path, mnist, faults):
     assert sorted(map(json.dumps, ledger(ok))) == sorted(map(json.dumps, ledger(ft)))
 
 
-def test_below_min_ranks_gives_up_with_a_final_snapshot(tmp_path, mnist):
+@pytest.mark.parametrize('victim', [1, 0])  # 0: the surviving rank becomes root and must log
+def test_below_min_ranks_gives_up_with_a_final_snapshot(tmp_path, mnist, victim):
     job = make_job(tmp_path, mnist)
-    log = train(job, '--np', '2', '--min-ranks', '2', '--inject-fault', '1:4', expect=1)
+    log = train(job, '--np', '2', '--min-ranks', '2', '--inject-fault', '%d:4' % victim, expect=1)
     assert 'only 1 rank survives' in log and 'fewer than --min-ranks 2' in log
+    assert 'Snapshotting to binary proto file lenet_iter_4.caffemodel' in log
     assert 'resume with: pycaffe-ft train --solver solver.prototxt --snapshot lenet_iter_4.solverstate --np 2' in log
     assert os.path.exists(job / 'lenet_iter_4.solverstate')
 
