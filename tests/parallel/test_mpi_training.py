@@ -216,3 +216,56 @@ def test_without_ulfm_a_clear_message(tmp_path, mnist):
     proc = subprocess.run(cmd, cwd=str(job), capture_output=True, text=True, timeout=240)
     assert proc.returncode != 0
     assert '--with-ft ulfm' in proc.stderr and '--ft off' in proc.stderr
+
+
+def _train_until_signalled(job, cmd, send):
+    """Start ``cmd`` in its own session, wait for training to run, call ``send(proc)``; return
+    (exit code, log)."""
+    import threading
+    import time
+    env = dict(os.environ, GLOG_minloglevel='0', OPENBLAS_NUM_THREADS='1')
+    proc = subprocess.Popen(cmd, cwd=str(job), env=env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                            text=True, start_new_session=True)
+    lines, started = [], threading.Event()
+
+    def read():
+        for line in proc.stderr:
+            lines.append(line)
+            if 'Iteration 10,' in line:
+                started.set()
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        assert started.wait(240), ''.join(lines)[-3000:]
+        time.sleep(0.5)
+        send(proc)
+        code = proc.wait(timeout=240)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, 9)
+    reader.join(10)
+    return code, ''.join(lines)
+
+
+@pytest.mark.parametrize('how', ['ctrl-c to the launcher', 'kill -USR1 to an external mpiexec'])
+def test_a_signal_stops_every_rank_with_a_snapshot(tmp_path, mnist, how):
+    """Ctrl-C (SIGINT to the terminal's process group) on `train --np 2`, or SIGUSR1 to an
+    mpiexec the user started: the ranks agree on a stop at the same iteration, the root writes
+    the snapshot and says how to resume, exit 0."""
+    import signal
+    from pycaffe_ft.parallel.launcher import mpiexec_command
+    job = make_job(tmp_path, mnist, max_iter=100000, snapshot=0)
+    argv = ['train', '--solver', 'solver.prototxt']
+    if how.startswith('ctrl-c'):
+        cmd = [sys.executable, '-m', 'pycaffe_ft.cli'] + argv + ['--np', '2']
+        code, log = _train_until_signalled(job, cmd, lambda p: os.killpg(p.pid, signal.SIGINT))
+    else:
+        code, log = _train_until_signalled(job, mpiexec_command(2, argv), lambda p: p.send_signal(signal.SIGUSR1))
+    assert code == 0, log[-3000:]
+    stopped = [l for l in log.splitlines() if 'Stopped on request at iteration' in l]
+    assert len(stopped) == 1, log[-3000:]  # the root says it, once
+    iteration = int(stopped[0].split('Stopped on request at iteration ')[1].split(';')[0])
+    assert 'resume with: pycaffe-ft train --solver solver.prototxt --snapshot lenet_iter_%d.solverstate --np 2' \
+        % iteration in stopped[0]
+    assert os.path.exists(job / ('lenet_iter_%d.solverstate' % iteration))
+    assert 'Optimization stopped early.' in log
