@@ -127,7 +127,7 @@ def test_device_query_describes_the_cpu(capsys):
 def test_a_scheduled_fault_that_never_fires_is_reported(tmp_path):
     (tmp_path / 'net.prototxt').write_text(
         'layer { name: "x" type: "DummyData" top: "x" top: "y" dummy_data_param { shape { dim: 2 dim: 3 } '
-        'shape { dim: 2 } data_filler { type: "gaussian" } } }\n'
+        'shape { dim: 2 } data_filler { type: "gaussian" } data_filler { type: "constant" value: 1 } } }\n'
         'layer { name: "ip" type: "InnerProduct" bottom: "x" top: "ip" inner_product_param { num_output: 2 } }\n'
         'layer { name: "loss" type: "SoftmaxWithLoss" bottom: "ip" bottom: "y" top: "loss" }\n')
     (tmp_path / 'solver.prototxt').write_text('net: "net.prototxt" base_lr: 0.01 lr_policy: "fixed" max_iter: 3 '

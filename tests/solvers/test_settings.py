@@ -9,7 +9,7 @@ import pycaffe_ft as caffe
 from pycaffe_ft.errors import SolverError
 
 NET = '''layer { name: "x" type: "DummyData" top: "x" top: "y" dummy_data_param { shape { dim: 2 dim: 3 }
-          shape { dim: 2 } data_filler { type: "gaussian" } } }
+          shape { dim: 2 } data_filler { type: "gaussian" } data_filler { type: "constant" value: 1 } } }
 layer { name: "ip" type: "InnerProduct" bottom: "x" top: "ip" inner_product_param { num_output: 2 } }
 layer { name: "loss" type: "SoftmaxWithLoss" bottom: "ip" bottom: "y" top: "loss" }
 '''
