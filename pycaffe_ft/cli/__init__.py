@@ -367,8 +367,9 @@ def build_parser():
                         'several nodes hold several ranks each, or with --ranks-per-node; flat = one allreduce')
     p.add_argument('--ranks-per-node', '--ranks_per_node', type=_positive_int, default=None,
                    help='treat every K consecutive ranks as one node (two-level reduction on one machine)')
-    p.add_argument('--overlap', default='on', choices=['on', 'off'],
-                   help='send gradient buckets during backward (on) or after it (off)')
+    p.add_argument('--overlap', default='off', choices=['on', 'off'],
+                   help='off (default): blocking bucket allreduces after backward; on: nonblocking ones '
+                        'posted during backward (see README: an Open MPI deadlock seen once under failures)')
     p.add_argument('--bucket-mb', '--bucket_mb', type=_positive_float, default=None,
                    help='gradient bucket size in MB (whole parameter blobs per bucket; default 1, or a '
                         'quarter of the gradients when that is smaller)')

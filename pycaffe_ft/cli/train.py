@@ -85,7 +85,7 @@ def warm_up(solver_path):
 
 
 def train_parallel(solver_path, parallel, ft=True, virtual_workers=None, min_ranks=1, ledger=None,
-                   overlap=True, bucket_mb=None, hierarchy='auto', ranks_per_node=None, weights=None,
+                   overlap=False, bucket_mb=None, hierarchy='auto', ranks_per_node=None, weights=None,
                    snapshot=None, level=0, stages=(), sigint_effect='stop', sighup_effect='snapshot'):
     """Data-parallel training over MPI ranks (parallel=True) or V virtual workers in this
     process (parallel=False: no MPI is imported)."""

@@ -91,8 +91,13 @@ class BucketedReduction:
     first request goes out (fault injection points).
     """
 
-    def __init__(self, comm, buckets, local, diff=None, levels=None, on_post=None):
+    # a collective: (nonblocking method, blocking method) of the communicators
+    _METHODS = {'allreduce': ('iallreduce_sum', 'allreduce_sum_into'), 'reduce': ('ireduce_sum', 'reduce_sum_into'),
+                'bcast': ('ibcast', 'bcast_into')}
+
+    def __init__(self, comm, buckets, local, diff=None, levels=None, on_post=None, blocking=False):
         self.comm = comm
+        self.blocking = blocking  # blocking collectives, in the same order (no overlap possible)
         self.buckets = buckets
         self.local = local
         self.diff = diff  # the last micro-batch's gradient, added bucket by bucket; None: already in local
@@ -115,6 +120,14 @@ class BucketedReduction:
             self.failed = self.failed or e
             return None
 
+    def _start(self, kind, comm, *args):
+        """Post one collective (or, blocking, run it): a _Request, over at once when blocking."""
+        nonblocking, blocking = self._METHODS[kind]
+        if self.blocking:
+            self._try(getattr(comm, blocking), *args)
+            return _Request(None)
+        return _Request(self._try(getattr(comm, nonblocking), *args))
+
     def _over(self, request, comm, block):
         """True once ``request`` completed or failed (a failure is recorded, never raised)."""
         if not request.over:
@@ -131,11 +144,10 @@ class BucketedReduction:
         if self.diff is not None:
             self.local[lo:hi] += self.diff[lo:hi]
         if self.levels is None:
-            req = self._try(self.comm.iallreduce_sum, self.local[lo:hi], self.result[lo:hi])
+            self.first.append(self._start('allreduce', self.comm, self.local[lo:hi], self.result[lo:hi]))
         else:
             target = self.stage[lo:hi] if self.leading else None
-            req = self._try(self.levels.node.ireduce_sum, self.local[lo:hi], target, 0)
-        self.first.append(_Request(req))
+            self.first.append(self._start('reduce', self.levels.node, self.local[lo:hi], target, 0))
         self.posted += 1
         if self.posted == 1:
             self._on_post('bucket' if self.levels is None else 'node')
@@ -145,8 +157,7 @@ class BucketedReduction:
         bucket order (with ``block``, wait for all of them)."""
         while len(self.second) < self.posted and self._over(self.first[len(self.second)], self.levels.node, block):
             lo, hi, _ = self.buckets[len(self.second)]
-            req = self._try(self.levels.leaders.iallreduce_sum, self.stage[lo:hi], self.result[lo:hi])
-            self.second.append(_Request(req))
+            self.second.append(self._start('allreduce', self.levels.leaders, self.stage[lo:hi], self.result[lo:hi]))
             if len(self.second) == 1:
                 self._on_post('leader')
 
@@ -177,9 +188,9 @@ class BucketedReduction:
             for b, (lo, hi, _) in enumerate(self.buckets):
                 if self.leading:
                     self._over(self.second[b], self.levels.leaders, block=True)
-                self.rest.append(_Request(self._try(node.ibcast, self.result[lo:hi], 0)))
+                self.rest.append(self._start('bcast', node, self.result[lo:hi], 0))
         extras_sum = np.empty_like(extras)
-        self.rest.append(_Request(self._try(self.comm.iallreduce_sum, extras, extras_sum)))
+        self.rest.append(self._start('allreduce', self.comm, extras, extras_sum))
         self._try(self.comm.waitall, [r.req for r in self.first + self.second + self.rest if not r.over])
         self.waited_s = time.perf_counter() - t0
         if self.failed is not None:

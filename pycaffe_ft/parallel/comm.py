@@ -31,6 +31,9 @@ class SerialComm:
     def iallreduce_sum(self, buf, out):
         out[...] = buf
 
+    def allreduce_sum_into(self, buf, out):
+        out[...] = buf
+
     def testall(self, requests):
         return True
 
@@ -85,6 +88,16 @@ class MPIComm:
     def ibcast(self, buf, root=0):
         """Start broadcasting ``buf`` (in place) from ``root``."""
         return self.comm.Ibcast(buf, root=root)
+
+    def allreduce_sum_into(self, buf, out):
+        """Blocking: sum ``buf`` over the ranks into ``out``."""
+        self.comm.Allreduce(buf, out, op=self.MPI.SUM)
+
+    def reduce_sum_into(self, buf, out, root=0):
+        self.comm.Reduce(buf, out, op=self.MPI.SUM, root=root)
+
+    def bcast_into(self, buf, root=0):
+        self.comm.Bcast(buf, root=root)
 
     def testall(self, requests):
         return self.MPI.Request.Testall(requests)
@@ -177,6 +190,15 @@ class ULFMComm(MPIComm):
 
     def ibcast(self, buf, root=0):
         return self._call(super().ibcast, buf, root)
+
+    def allreduce_sum_into(self, buf, out):
+        self._call(super().allreduce_sum_into, buf, out)
+
+    def reduce_sum_into(self, buf, out, root=0):
+        self._call(super().reduce_sum_into, buf, out, root)
+
+    def bcast_into(self, buf, root=0):
+        self._call(super().bcast_into, buf, root)
 
     def testall(self, requests):
         return self._call(super().testall, requests)

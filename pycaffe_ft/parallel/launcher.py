@@ -31,6 +31,16 @@ def mpiexec_command(n, argv, ft=True):
     return cmd + [sys.executable, '-m', 'pycaffe_ft.cli'] + argv
 
 
+def _die_with_parent():
+    """In the mpiexec child (Linux): SIGTERM it when the launcher dies, even by SIGKILL, since
+    its own session no longer ties it to the launcher's terminal."""
+    try:
+        import ctypes
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
 # what the launcher relays to mpiexec, which forwards SIGUSR1/SIGUSR2 to every rank
 RELAYED = {signal.SIGINT: signal.SIGUSR1, signal.SIGTERM: signal.SIGUSR1, signal.SIGHUP: signal.SIGUSR2}
 
@@ -46,7 +56,8 @@ def launch(n, argv, ft=True):
     env.setdefault('OPENBLAS_NUM_THREADS', '1')
     env.setdefault('OMP_NUM_THREADS', '1')
     env.setdefault('MKL_NUM_THREADS', '1')
-    proc = subprocess.Popen(mpiexec_command(n, argv, ft), env=env, start_new_session=True)
+    proc = subprocess.Popen(mpiexec_command(n, argv, ft), env=env, start_new_session=True,
+                            preexec_fn=_die_with_parent)
     relayed = []
 
     def relay(signum, frame):

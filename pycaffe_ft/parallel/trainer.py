@@ -35,7 +35,7 @@ class DataParallelSolver(Solver):
     ``comm``. The gradient sum is divided by V (each micro-batch loss is already normalised),
     as Caffe divides by iter_size."""
 
-    def __init__(self, param, comm, virtual_workers=None, min_ranks=1, ledger=None, overlap=True,
+    def __init__(self, param, comm, virtual_workers=None, min_ranks=1, ledger=None, overlap=False,
                  bucket_mb=None, hierarchy='auto', ranks_per_node=None, **kwargs):
         self.comm = comm
         super().__init__(param, **kwargs)
@@ -302,7 +302,8 @@ class DataParallelSolver(Solver):
         if reduction is None:
             if self._levels_stale:
                 self._build_levels()
-            reduction = BucketedReduction(self.comm, self.buckets, self._local, None, self._levels, self._on_post)
+            reduction = BucketedReduction(self.comm, self.buckets, self._local, None, self._levels, self._on_post,
+                                          blocking=not self.overlap)
         try:
             return reduction.finish(self._pack())
         finally:

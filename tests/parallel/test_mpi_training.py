@@ -98,6 +98,23 @@ def test_n_ranks_equal_one_process_with_n_virtual_workers(tmp_path, mnist, n):
     assert 'mpi4py' not in log_serial or 'MPI' not in log_serial
 
 
+# Two deaths with nonblocking buckets in flight once deadlocked inside Open MPI (ob1 revoking a
+# pending rendezvous receive from the TCP receive callback, docs/scaling.md): slow, not default.
+@pytest.mark.parametrize('faults', [['1:6:bucket'],
+                                    pytest.param(['0:12:bucket', '2:12:bucket'], marks=pytest.mark.slow)])
+def test_overlapped_reduction_survives_kills_with_buckets_in_flight(tmp_path, mnist, faults):
+    ok = make_job(tmp_path / 'ok', mnist)
+    train(ok, '--np', '3')
+    ft = make_job(tmp_path / 'ft', mnist)
+    flags = ['--np', '3', '--overlap', 'on']
+    for f in faults:
+        flags += ['--inject-fault', f]
+    log = train(ft, *flags)
+    assert 'Recovered from the failure of ranks' in log
+    assert_same_weights(weights(ok, 20), weights(ft, 20))
+    assert sorted(map(json.dumps, ledger(ok))) == sorted(map(json.dumps, ledger(ft)))
+
+
 @pytest.mark.parametrize('n, per_node', [(2, 1), (4, 2)])
 def test_two_level_reduction_equals_one_process(tmp_path, mnist, n, per_node):
     """Forced nodes of K ranks: node reduce, leaders' allreduce, broadcast; the same training as
@@ -127,13 +144,13 @@ def test_two_level_reduction_survives_kills_at_either_level(tmp_path, mnist, fau
     assert sorted(map(json.dumps, ledger(ok))) == sorted(map(json.dumps, ledger(ft)))
 
 
-def test_blocking_reduction_gives_the_same_result(tmp_path, mnist):
-    """--overlap off (buckets sent after backward) trains what the overlapped default trains."""
+def test_overlapped_reduction_gives_the_same_result(tmp_path, mnist):
+    """--overlap on (nonblocking buckets during backward) trains what the blocking default trains."""
     overlapped = make_job(tmp_path / 'overlapped', mnist)
-    log = train(overlapped, '--np', '2')
+    log = train(overlapped, '--np', '2', '--overlap', 'on')
     assert 'overlapped with backward' in log
     blocking = make_job(tmp_path / 'blocking', mnist)
-    log = train(blocking, '--np', '2', '--overlap', 'off', '--bucket-mb', '0.1')
+    log = train(blocking, '--np', '2', '--bucket-mb', '0.1')
     assert 'after backward (no overlap)' in log and 'ms per iteration spent waiting' in log
     assert_same_weights(weights(overlapped, 20), weights(blocking, 20))
     assert ledger(overlapped) == ledger(blocking)
