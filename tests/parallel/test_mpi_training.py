@@ -86,6 +86,20 @@ def ledger(job):
         return [json.loads(line) for line in f]
 
 
+def assert_survives(tmp_path, mnist, flags, faults):
+    """Train with ``flags`` twice, the second time with ``faults`` injected: a recovery is
+    logged, the final weights match (1e-5) and the ledgers hold the same records. Returns the
+    faulty run's log."""
+    ok = make_job(tmp_path / 'ok', mnist)
+    train(ok, *flags)
+    ft = make_job(tmp_path / 'ft', mnist)
+    log = train(ft, *(list(flags) + [arg for f in faults for arg in ('--inject-fault', f)]))
+    assert 'Recovered from the failure of ranks' in log
+    assert_same_weights(weights(ok, 20), weights(ft, 20))
+    assert sorted(map(json.dumps, ledger(ok))) == sorted(map(json.dumps, ledger(ft)))
+    return log
+
+
 @pytest.mark.parametrize('n', [2, 4])
 def test_n_ranks_equal_one_process_with_n_virtual_workers(tmp_path, mnist, n):
     serial = make_job(tmp_path / 'serial', mnist)
@@ -103,16 +117,7 @@ def test_n_ranks_equal_one_process_with_n_virtual_workers(tmp_path, mnist, n):
 @pytest.mark.parametrize('faults', [['1:6:bucket'],
                                     pytest.param(['0:12:bucket', '2:12:bucket'], marks=pytest.mark.slow)])
 def test_overlapped_reduction_survives_kills_with_buckets_in_flight(tmp_path, mnist, faults):
-    ok = make_job(tmp_path / 'ok', mnist)
-    train(ok, '--np', '3')
-    ft = make_job(tmp_path / 'ft', mnist)
-    flags = ['--np', '3', '--overlap', 'on']
-    for f in faults:
-        flags += ['--inject-fault', f]
-    log = train(ft, *flags)
-    assert 'Recovered from the failure of ranks' in log
-    assert_same_weights(weights(ok, 20), weights(ft, 20))
-    assert sorted(map(json.dumps, ledger(ok))) == sorted(map(json.dumps, ledger(ft)))
+    assert_survives(tmp_path, mnist, ['--np', '3', '--overlap', 'on'], faults)
 
 
 @pytest.mark.parametrize('n, per_node', [(2, 1), (4, 2)])
@@ -132,16 +137,7 @@ def test_two_level_reduction_equals_one_process(tmp_path, mnist, n, per_node):
 def test_two_level_reduction_survives_kills_at_either_level(tmp_path, mnist, faults):
     """Ranks 0 and 2 lead the nodes {0, 1} and {2, 3}: a leader, a member, the root, and a
     member and the other leader in one iteration; the levels are rebuilt after each shrink."""
-    ok = make_job(tmp_path / 'ok', mnist)
-    train(ok, '--np', '4', '--ranks-per-node', '2')
-    ft = make_job(tmp_path / 'ft', mnist)
-    flags = ['--np', '4', '--ranks-per-node', '2']
-    for f in faults:
-        flags += ['--inject-fault', f]
-    log = train(ft, *flags)
-    assert 'Recovered from the failure of ranks' in log
-    assert_same_weights(weights(ok, 20), weights(ft, 20))
-    assert sorted(map(json.dumps, ledger(ok))) == sorted(map(json.dumps, ledger(ft)))
+    assert_survives(tmp_path, mnist, ['--np', '4', '--ranks-per-node', '2'], faults)
 
 
 def test_overlapped_reduction_gives_the_same_result(tmp_path, mnist):
@@ -194,17 +190,8 @@ def test_survives_three_kills_with_the_same_result(tmp_path, mnist):
                                     ['1:7:backward', '2:7:allreduce'], ['1:6:bucket'],
                                     ['0:12:bucket', '2:12:bucket']])
 def test_survives_failures_in_every_phase(tmp_path, mnist, faults):
-    ok = make_job(tmp_path / 'ok', mnist)
-    train(ok, '--np', '3')
-    ft = make_job(tmp_path / 'ft', mnist)
-    flags = ['--np', '3']
-    for f in faults:
-        flags += ['--inject-fault', f]
-    log = train(ft, *flags)
-    assert 'Recovered from the failure of ranks' in log
-    assert_same_weights(weights(ok, 20), weights(ft, 20))
-    assert os.path.exists(ft / 'lenet_iter_10.solverstate')  # written even when the root died there
-    assert sorted(map(json.dumps, ledger(ok))) == sorted(map(json.dumps, ledger(ft)))
+    assert_survives(tmp_path, mnist, ['--np', '3'], faults)
+    assert os.path.exists(tmp_path / 'ft' / 'lenet_iter_10.solverstate')  # written even when the root died there
 
 
 @pytest.mark.parametrize('victim', [1, 0])  # 0: the surviving rank becomes root and must log
