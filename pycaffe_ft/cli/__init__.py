@@ -438,12 +438,11 @@ def build_parser():
     return parser
 
 
-# Caffe's own tool names (tools/*.cpp, caffe's subcommands) -> ours
-CAFFE_TOOL_NAMES = {'convert_imageset': 'convert-imageset', 'compute_image_mean': 'compute-image-mean',
-                    'extract_features': 'extract-features', 'convert_mnist_data': 'convert-mnist',
-                    'convert_cifar_data': 'convert-cifar', 'upgrade_net_proto_text': 'upgrade-net',
-                    'upgrade_net_proto_binary': 'upgrade-net', 'upgrade_solver_proto_text': 'upgrade-solver',
-                    'device_query': 'device-query', 'draw_net': 'draw-net', 'parse_log': 'parse-log'}
+# Caffe's tool names that are not just ours with underscores (convert_imageset, device_query,
+# ... are: _canonical_command maps those by replacing the underscores)
+CAFFE_TOOL_NAMES = {'convert_mnist_data': 'convert-mnist', 'convert_cifar_data': 'convert-cifar',
+                    'upgrade_net_proto_text': 'upgrade-net', 'upgrade_net_proto_binary': 'upgrade-net',
+                    'upgrade_solver_proto_text': 'upgrade-solver'}
 
 
 def _canonical_command(argv):

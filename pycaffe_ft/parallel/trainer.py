@@ -1,8 +1,9 @@
 """Data-parallel training with virtual workers over a (fault-tolerant) communicator.
 
 One iteration: compute the gradients of this rank's virtual workers, kept as one float32 local
-sum -> allreduce it (in buckets, overlapped with the last micro-batch's backward; the float64
-extras in a side message) -> Agree that every survivor succeeded -> only then update. On a
+sum -> allreduce it in buckets (blocking, after backward; with ``overlap``, posted during the
+last micro-batch's backward), the float64 extras in a side message -> Agree that every survivor
+succeeded -> only then update. On a
 process failure anywhere (a bucket in flight, the wait, agree, broadcast, test reductions):
 recover the communicator (revoke, shrink, agree), give the dead ranks' workers to survivors,
 compute only those orphaned micro-batches, and retry from the kept local sum. This class is the
