@@ -11,8 +11,13 @@ single GEMMs (InnerProduct) are split into column blocks by :func:`matmul`. (A m
 OpenBLAS keeps its idle threads spinning after each call; mixing its threads with ours would
 leave both fighting for the cores.)
 
-The thread count: :func:`set_num_threads`, else the environment (``PYCAFFE_FT_NUM_THREADS``,
-``OMP_NUM_THREADS``, ``OPENBLAS_NUM_THREADS``), else the cores this process may run on.
+The thread count: :func:`set_num_threads` (``--threads``), else the environment
+(``PYCAFFE_FT_NUM_THREADS``, ``OMP_NUM_THREADS``, ``OPENBLAS_NUM_THREADS``, ``MKL_NUM_THREADS``,
+``NUMBA_NUM_THREADS``), else automatic: the cores this process may run on, minus the cores other
+processes keep busy (:func:`adapt_threads`, called by the solver between iterations, watches
+``/proc/stat``), so a shared machine slows training down by its load and no more. An explicit
+count is never changed. Idle worker threads block (no spinning), and the thread count never
+changes the bits computed.
 """
 import concurrent.futures
 import ctypes
@@ -20,33 +25,113 @@ import glob
 import itertools
 import os
 import threading
+import time
 
 import numpy as np
 
-__all__ = ['num_threads', 'set_num_threads', 'run_chunks', 'for_images', 'image_chunks', 'gemm', 'matmul', 'scratch',
-           'blas_library']
+__all__ = ['num_threads', 'set_num_threads', 'thread_policy', 'adapt_threads', 'run_chunks', 'for_images',
+           'image_chunks', 'gemm', 'matmul', 'scratch', 'blas_library']
 
-_ENV_VARS = ('PYCAFFE_FT_NUM_THREADS', 'OMP_NUM_THREADS', 'OPENBLAS_NUM_THREADS')
-_state = {'threads': None, 'pool': None, 'blas': False}
+_ENV_VARS = ('PYCAFFE_FT_NUM_THREADS', 'OMP_NUM_THREADS', 'OPENBLAS_NUM_THREADS', 'MKL_NUM_THREADS',
+             'NUMBA_NUM_THREADS')
+_state = {'threads': None, 'source': None, 'pool': None, 'blas': False, 'watch': None}
 _local = threading.local()
 
 
-def _default_threads():
-    for var in _ENV_VARS:
-        value = os.environ.get(var, '').strip()
-        if value.isdigit() and int(value) > 0:
-            return int(value)
+def usable_cores():
+    """The cores this process may run on."""
     try:
         return max(1, len(os.sched_getaffinity(0)))
     except AttributeError:  # not Linux
         return max(1, os.cpu_count() or 1)
 
 
+def _automatic_threads():
+    """The usable cores shared among the MPI ranks on this node (one share per rank)."""
+    ranks_here = os.environ.get('OMPI_COMM_WORLD_LOCAL_SIZE', '').strip()
+    return max(1, usable_cores() // max(1, int(ranks_here) if ranks_here.isdigit() else 1))
+
+
+def _default_threads():
+    """(count, where it came from): the first thread variable the user set, else automatic.
+    Variables the ``--np`` launcher set for the BLAS of its ranks (listed in
+    ``PYCAFFE_FT_LAUNCHER_SET``) are not the user's choice."""
+    launcher_set = os.environ.get('PYCAFFE_FT_LAUNCHER_SET', '').split(',')
+    for var in _ENV_VARS:
+        value = os.environ.get(var, '').strip()
+        if value.isdigit() and int(value) > 0 and var not in launcher_set:
+            return int(value), var
+    return _automatic_threads(), 'automatic'
+
+
 def num_threads():
     """Threads a layer may use (at least 1)."""
     if _state['threads'] is None:
-        _state['threads'] = _default_threads()
+        _state['threads'], _state['source'] = _default_threads()
         _pin_blas()
+    return _state['threads']
+
+
+def thread_policy():
+    """One line saying how many threads run and why (``pycaffe-ft info`` prints it)."""
+    n = num_threads()
+    if _state['source'] == 'automatic':
+        return ('%d thread%s (automatic: at most %d, the usable cores (%d) per rank on this node, minus '
+                'the cores other processes keep busy, rechecked during training)'
+                % (n, '' if n == 1 else 's', _automatic_threads(), usable_cores()))
+    how = 'set_num_threads / --threads' if _state['source'] == 'explicit' else _state['source']
+    return '%d thread%s (from %s; never changed)' % (n, '' if n == 1 else 's', how)
+
+
+class _LoadWatch:
+    """CPU time other processes used on our cores, from ``/proc/stat`` minus our own."""
+
+    def __init__(self, cores):
+        self.cores = cores
+        self.last = self._sample()
+
+    def _sample(self):
+        busy = 0
+        try:
+            with open('/proc/stat') as f:
+                for line in f:
+                    name = line.split(' ', 1)[0]
+                    if name.startswith('cpu') and name[3:].isdigit() and int(name[3:]) in self.cores:
+                        v = [int(x) for x in line.split()[1:]]
+                        busy += sum(v[:8]) - v[3] - v[4]  # all but idle and iowait
+        except (OSError, ValueError, IndexError):
+            return None
+        t = os.times()
+        return time.monotonic(), busy / os.sysconf('SC_CLK_TCK'), t.user + t.system
+
+    def others(self, min_interval):
+        """Cores' worth of CPU others used since the last reading, or None if too soon."""
+        now = self._sample()
+        if now is None or self.last is None or now[0] - self.last[0] < min_interval:
+            return None
+        (t0, busy0, own0), (t1, busy1, own1) = self.last, now
+        self.last = now
+        return max(0.0, (busy1 - busy0) - (own1 - own0)) / (t1 - t0)
+
+
+def adapt_threads(min_interval=1.0):
+    """Under the automatic policy, fit the thread count to the cores other processes leave
+    free (at most once per ``min_interval`` seconds; call it between iterations, never from a
+    worker thread). Returns the thread count. Does nothing to an explicit count."""
+    n = num_threads()
+    if _state['source'] != 'automatic' or _automatic_threads() == 1:
+        return n
+    if _state['watch'] is None:
+        try:
+            cores = os.sched_getaffinity(0)
+        except AttributeError:
+            cores = set(range(os.cpu_count() or 1))
+        _state['watch'] = _LoadWatch(cores)
+        return n
+    others = _state['watch'].others(min_interval)
+    if others is not None:
+        # a core counts as taken once others use 70% of it
+        _state['threads'] = max(1, min(_automatic_threads(), int(usable_cores() - others + 0.3)))
     return _state['threads']
 
 
@@ -63,9 +148,9 @@ def set_num_threads(n):
     n = int(n)
     if n < 1:
         raise ValueError('the thread count must be at least 1, got %d' % n)
-    _state['threads'] = n
+    _state['threads'], _state['source'] = n, 'explicit'
     pool = _state['pool']
-    if pool is not None and pool._max_workers != max(1, n - 1):
+    if pool is not None and pool._max_workers < n - 1:
         pool.shutdown(wait=True)
         _state['pool'] = None
     _pin_blas()
@@ -165,8 +250,9 @@ if hasattr(os, 'register_at_fork'):
 def _pool():
     if _state['pool'] is None:
         _pin_blas()
+        workers = _automatic_threads() if _state['source'] == 'automatic' else num_threads()
         _state['pool'] = concurrent.futures.ThreadPoolExecutor(
-            max_workers=max(1, num_threads() - 1), thread_name_prefix='pycaffe-ft-op')
+            max_workers=max(1, workers - 1, num_threads() - 1), thread_name_prefix='pycaffe-ft-op')
     return _state['pool']
 
 

@@ -33,11 +33,23 @@ def test_info_reports_versions_and_mpi(capsys):
     assert 'numpy' in out and 'numba' in out and 'ULFM' in out and 'BLAS' in out
 
 
+def test_info_says_how_many_threads_run_and_why(capsys):
+    assert cli.main(['info']) == 0
+    assert re.search(r'threads +[0-9]+ threads? \((automatic|from )', capsys.readouterr().out)
+
+
 def test_time_prints_caffe_style_report_with_synthetic_data(capsys, tmp_path, monkeypatch):
+    from pycaffe_ft import intra_op
     monkeypatch.chdir(tmp_path)  # the model's relative LMDB paths do not exist here
     model = os.path.join(ROOT, 'models', 'lenet', 'lenet_train_test.prototxt')
-    assert cli.main(['time', '-model', model, '-iterations', '2']) == 0
+    before = intra_op.num_threads(), intra_op._state['source']
+    try:
+        assert cli.main(['time', '-model', model, '-iterations', '2', '--threads', '1']) == 0
+    finally:
+        intra_op.set_num_threads(before[0])
+        intra_op._state['source'] = before[1]
     out = capsys.readouterr().out
+    assert 'Throughput per layer (1 thread(s)' in out
     assert 'synthetic' in out and '*** Benchmark begins ***' in out
     assert 'conv1\tforward:' in out and 'conv1\tbackward:' in out
     assert 'Average Forward-Backward:' in out and 'Total Time:' in out
@@ -88,6 +100,7 @@ def test_errors_are_messages_not_tracebacks(tmp_path):
     (['--inject-fault', '1:x'], 'whole numbers'),
     (['--inject-fault', '1:50:sideways'], "unknown fault phase 'sideways'"),
     (['--bucket-mb', 'nan'], "expected a positive number, got 'nan'"),
+    (['--threads', '0'], "--threads: expected a whole number >= 1, got '0'"),
 ])
 def test_bad_train_values_are_one_line_errors(flags, message, capsys):
     with pytest.raises(SystemExit) as e:

@@ -29,9 +29,11 @@ layer { name: "loss" type: "SoftmaxWithLoss" bottom: "ip" bottom: "label" top: "
 
 @pytest.fixture
 def restore_threads():
-    before = intra_op.num_threads()
+    intra_op.num_threads()
+    before = dict(intra_op._state)
     yield
-    intra_op.set_num_threads(before)
+    intra_op.set_num_threads(before['threads'])
+    intra_op._state.update({k: before[k] for k in ('threads', 'source', 'watch')})
 
 
 @pytest.mark.parametrize('rows, cols', [(37, 41), (1, 41), (37, 1)])  # 1 row or column: GEMV
@@ -141,3 +143,68 @@ def test_one_thread_from_the_environment_pins_blas_too():
             'print(n, intra_op.blas_library().threads())')
     out = subprocess.run([sys.executable, '-c', code], env=env, capture_output=True, text=True, check=True)
     assert out.stdout.split() == ['1', '1']
+
+
+def _policy_in_child(env_update, code='print(intra_op.thread_policy())'):
+    import subprocess
+    import sys
+    env = {k: v for k, v in os.environ.items() if k not in intra_op._ENV_VARS + ('PYCAFFE_FT_LAUNCHER_SET',)}
+    env.update(env_update)
+    out = subprocess.run([sys.executable, '-c', 'from pycaffe_ft import intra_op; ' + code], env=env,
+                         capture_output=True, text=True, check=True)
+    return out.stdout.strip()
+
+
+@pytest.mark.parametrize('var', intra_op._ENV_VARS)
+def test_a_thread_variable_the_user_set_wins_and_is_never_adapted(var):
+    line = _policy_in_child({var: '3'}, 'intra_op._LoadWatch.others = lambda self, t: 5.0; '
+                                        'intra_op.adapt_threads(); intra_op.adapt_threads(); '
+                                        'print(intra_op.num_threads(), intra_op.thread_policy())')
+    assert line.startswith('3 3 threads (from %s' % var)
+
+
+def test_variables_the_launcher_set_for_blas_do_not_fix_the_thread_count():
+    line = _policy_in_child({'OMP_NUM_THREADS': '1', 'OPENBLAS_NUM_THREADS': '1',
+                             'PYCAFFE_FT_LAUNCHER_SET': 'OMP_NUM_THREADS,OPENBLAS_NUM_THREADS'})
+    assert 'automatic' in line
+
+
+def test_automatic_threads_share_the_cores_among_the_ranks_of_a_node():
+    cores = intra_op.usable_cores()
+    line = _policy_in_child({'OMPI_COMM_WORLD_LOCAL_SIZE': '2'}, 'print(intra_op.num_threads())')
+    assert int(line) == max(1, cores // 2)
+
+
+def test_automatic_threads_follow_the_cores_other_processes_leave_free(restore_threads, monkeypatch):
+    """With 4 usable cores: others using 1.0 core leave 3 threads, 2.8 cores leave 1, an idle
+    machine all 4; an explicit count is left alone."""
+    monkeypatch.setattr(intra_op, 'usable_cores', lambda: 4)
+    monkeypatch.delenv('OMPI_COMM_WORLD_LOCAL_SIZE', raising=False)
+    load = []
+    monkeypatch.setattr(intra_op._LoadWatch, 'others', lambda self, interval: load[-1])
+    intra_op._state.update(threads=4, source='automatic', watch=None)
+    intra_op.adapt_threads()  # the first call starts watching
+    for others, threads in ((1.0, 3), (2.8, 1), (0.1, 4), (None, 4), (1.6, 2)):
+        load.append(others)
+        assert intra_op.adapt_threads() == threads == intra_op.num_threads()
+    intra_op.set_num_threads(4)
+    load.append(3.0)
+    assert intra_op.adapt_threads() == 4
+
+
+def test_the_load_watch_sees_a_busy_process():
+    """/proc/stat minus our own CPU time: a spinning child shows up as roughly one core."""
+    import subprocess
+    import sys
+    if not os.path.exists('/proc/stat'):
+        pytest.skip('no /proc/stat (not Linux)')
+    watch = intra_op._LoadWatch(os.sched_getaffinity(0))
+    spinner = subprocess.Popen([sys.executable, '-c', 'import time\nt = time.time()\nwhile time.time() - t < 3: pass'])
+    try:
+        time.sleep(1.5)
+        others = watch.others(0.5)
+    finally:
+        spinner.kill()
+        spinner.wait()
+    assert others is not None and others > 0.5
+    assert watch.others(10.0) is None  # too soon for another reading

@@ -84,8 +84,11 @@ def cmd_info(args):
         print('BLAS       %s %s' % (blas.get('name'), blas.get('version')))
     except (AttributeError, KeyError, TypeError):
         print('BLAS       unknown')
+    from ..intra_op import thread_policy
     print('cores      %s' % os.cpu_count())
-    for var in ('OMP_NUM_THREADS', 'OPENBLAS_NUM_THREADS', 'NUMBA_NUM_THREADS'):
+    print('threads    %s' % thread_policy())
+    for var in ('PYCAFFE_FT_NUM_THREADS', 'OMP_NUM_THREADS', 'OPENBLAS_NUM_THREADS', 'MKL_NUM_THREADS',
+                'NUMBA_NUM_THREADS'):
         print('%s=%s' % (var, os.environ.get(var, '(unset)')))
     from ..parallel.mpi_env import describe_mpi
     for line in describe_mpi():
@@ -139,6 +142,12 @@ def _positive_int(text):
     if value < 1:
         raise argparse.ArgumentTypeError('expected a whole number >= 1, got %r' % text)
     return value
+
+
+def _threads_flag(parser, scope=''):
+    parser.add_argument('--threads', type=_positive_int, default=None,
+                        help='threads%s; default: automatic (the free cores, rechecked while training); '
+                             'PYCAFFE_FT_NUM_THREADS, OMP_NUM_THREADS, ... also fix it' % scope)
 
 
 def _positive_float(text):
@@ -343,6 +352,7 @@ def build_parser():
     p.add_argument('--input-shape', '--input_shape', action='append',
                    help='NAME=N,C,H,W: shape of a data layer top fed with synthetic input')
     p.add_argument('--gpu', default=None, help='accepted and ignored (CPU only), with a warning')
+    _threads_flag(p)
     p = sub.add_parser('train', help=COMMANDS['train'][1])
     p.add_argument('--solver', required=True, help='solver definition (.prototxt)')
     p.add_argument('--weights', help='comma-separated .caffemodel files to start from (finetuning)')
@@ -353,6 +363,7 @@ def build_parser():
     p.add_argument('--sighup_effect', '--sighup-effect', default='snapshot', choices=['stop', 'snapshot', 'none'])
     p.add_argument('--gpu', default=None, help='accepted and ignored (CPU only), with a warning')
     p.add_argument('--np', type=_positive_int, default=1, help='start N MPI ranks (data-parallel, fault tolerant)')
+    _threads_flag(p, ' (per rank with --np)')
     p.add_argument('--virtual-workers', '--virtual_workers', type=_positive_int, default=None,
                    help='virtual workers V (default: the starting number of ranks)')
     p.add_argument('--ft', default='on', choices=['on', 'off'], help='ULFM fault tolerance (off: fail-stop MPI)')
@@ -382,6 +393,7 @@ def build_parser():
     p.add_argument('--level', type=int, default=0)
     p.add_argument('--stage', default='')
     p.add_argument('--gpu', default=None, help='accepted and ignored (CPU only), with a warning')
+    _threads_flag(p)
     p = sub.add_parser('convert-mnist', help=COMMANDS['convert-mnist'][1])
     p.add_argument('images')
     p.add_argument('labels')
@@ -466,6 +478,9 @@ def main(argv=None):
         return 1
     if getattr(args, 'gpu', None) is not None:
         print('warning: --gpu %s ignored: pycaffe-ft runs on the CPU' % args.gpu, file=sys.stderr)
+    if getattr(args, 'threads', None) is not None:
+        from ..intra_op import set_num_threads
+        set_num_threads(args.threads)
     try:
         return COMMANDS[args.command][0](args) or 0
     except CaffeError as e:

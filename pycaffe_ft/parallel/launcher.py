@@ -46,16 +46,18 @@ RELAYED = {signal.SIGINT: signal.SIGUSR1, signal.SIGTERM: signal.SIGUSR1, signal
 
 
 def launch(n, argv, ft=True):
-    """Run the ranks; returns mpiexec's exit code. Each rank gets one BLAS thread.
+    """Run the ranks; returns mpiexec's exit code. Each rank's BLAS runs one thread per call;
+    the ranks' own thread count is the user's (``--threads``, the usual variables) or automatic
+    (the cores divided among the ranks of a node, see :mod:`pycaffe_ft.intra_op`).
 
     mpiexec runs in a session of its own, so the terminal's Ctrl-C reaches only this process
     (mpiexec would kill the ranks on SIGINT). SIGINT and SIGTERM are relayed as SIGUSR1 (the
     ranks apply --sigint_effect at the next iteration they agree on), SIGHUP as SIGUSR2
     (--sighup_effect); a second SIGINT or SIGTERM ends the job at once."""
     env = dict(os.environ)
-    env.setdefault('OPENBLAS_NUM_THREADS', '1')
-    env.setdefault('OMP_NUM_THREADS', '1')
-    env.setdefault('MKL_NUM_THREADS', '1')
+    ours = [var for var in ('OPENBLAS_NUM_THREADS', 'OMP_NUM_THREADS', 'MKL_NUM_THREADS') if var not in env]
+    env.update({var: '1' for var in ours})  # no BLAS thread pools started at import in each rank
+    env['PYCAFFE_FT_LAUNCHER_SET'] = ','.join(ours)  # ... which does not fix the ranks' thread count
     proc = subprocess.Popen(mpiexec_command(n, argv, ft), env=env, start_new_session=True,
                             preexec_fn=_die_with_parent)
     relayed = []

@@ -8,7 +8,7 @@ import time
 import numpy as np
 
 from ..errors import SolverError
-from ..intra_op import run_chunks
+from ..intra_op import adapt_threads, run_chunks
 from ..kernels.solver_update import L1, L2, NO_DECAY
 from ..log import logger
 from ..net import Net
@@ -163,6 +163,7 @@ class Solver:
             for on_start, _ in self.callbacks:
                 if on_start:
                     on_start()
+            adapt_threads()
             display = p.display and self.iter % p.display == 0
             self.net.debug_info = bool(display and p.debug_info)
             loss = self.forward_backward()
