@@ -11,7 +11,7 @@ import os
 import sys
 import threading
 
-__all__ = ['logger', 'set_stream', 'warn_once']
+__all__ = ['logger', 'set_stream', 'set_line_guard', 'warn_once']
 
 _LETTER = {logging.DEBUG: 'I', logging.INFO: 'I', logging.WARNING: 'W', logging.ERROR: 'E',
            logging.CRITICAL: 'F'}
@@ -35,9 +35,24 @@ def _level_from_env():
     return {0: logging.INFO, 1: logging.WARNING, 2: logging.ERROR}.get(level, logging.CRITICAL)
 
 
+class _GuardedHandler(logging.StreamHandler):
+    """A stream handler that lets a live terminal line (see :func:`set_line_guard`) step aside
+    while a log line is written."""
+    guard = None
+
+    def emit(self, record):
+        guard = self.guard
+        if guard is None:
+            return super().emit(record)
+        with guard.lock:
+            guard.hide()
+            super().emit(record)
+            guard.show()
+
+
 logger = logging.getLogger('pycaffe_ft')
 logger.propagate = False
-_handler = logging.StreamHandler(sys.stderr)
+_handler = _GuardedHandler(sys.stderr)
 _handler.setFormatter(GlogFormatter())
 logger.addHandler(_handler)
 logger.setLevel(_level_from_env())
@@ -46,6 +61,12 @@ logger.setLevel(_level_from_env())
 def set_stream(stream):
     """Send log lines to ``stream`` (a file object) instead of stderr."""
     _handler.setStream(stream)
+
+
+def set_line_guard(guard):
+    """``guard`` (with ``lock``, ``hide()`` and ``show()``) is asked to hide its terminal line before
+    each log line and to show it after; ``None`` removes it."""
+    _handler.guard = guard
 
 
 _warned = set()

@@ -15,6 +15,19 @@ _TEST_OUTPUT = re.compile(r'Test net output #(\d+): (\S+) = ([\.\deE+-]+)')
 _LEARNING_RATE = re.compile(r'lr = ([-+]?[0-9]*\.?[0-9]+([eE]?[-+]?[0-9]+)?)')
 
 
+_GLOG_LINE = re.compile(r'[IWEF](\d{4}|\d{8}) \d\d:\d\d:\d\d\.\d+ +\d+ [^ \]]+\] ')
+_ESCAPE = re.compile(r'\x1b\[[0-9;?]*[A-Za-z]')
+
+
+def caffe_line(raw):
+    """The glog line in ``raw``, or None: what a terminal would show (the text after the last
+    carriage return, escape sequences removed), from its glog header on (a prefix such as
+    mpiexec's ``[1,0]<stderr>:`` is dropped). Anything else is not a Caffe log line."""
+    text = _ESCAPE.sub('', raw.rstrip('\n').rsplit('\r', 1)[-1])
+    m = _GLOG_LINE.search(text)
+    return text[m.start():] if m else None
+
+
 def _time_of(line, year):
     parts = line.split()
     try:
@@ -23,9 +36,11 @@ def _time_of(line, year):
             year, stamp = int(stamp[:4]), stamp[4:]
         month, day = int(stamp[0:2]), int(stamp[2:4])
         clock = datetime.datetime.strptime(parts[1], '%H:%M:%S.%f')
+        if (month, day) == (2, 29):
+            year -= year % 4  # a leap day logged in an earlier year than this one
+        return datetime.datetime(year, month, day, clock.hour, clock.minute, clock.second, clock.microsecond)
     except (IndexError, ValueError):
         return None
-    return datetime.datetime(year, month, day, clock.hour, clock.minute, clock.second, clock.microsecond)
 
 
 def parse_log(path):
@@ -38,7 +53,10 @@ def parse_log(path):
     year = datetime.date.today().year
     train, test = [], []
     iteration, lr, start = -1, float('nan'), None
-    for line in lines:
+    for raw in lines:
+        line = caffe_line(raw)
+        if line is None:
+            continue
         when = _time_of(line, year)
         if when is not None and start is None:
             start = when

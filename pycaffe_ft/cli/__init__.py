@@ -173,7 +173,11 @@ def cmd_train(args):
         warm_up(args.solver)
         argv = [a for a in sys.argv[1:]]
         argv = _strip_flag(normalize_gflags(argv), '--np') + ['--mpi-worker']
-        return launch(args.np, argv, ft=args.ft != 'off')
+        from . import progress
+        if not progress.wanted():
+            return launch(args.np, argv, ft=args.ft != 'off')
+        with progress.ProgressLine() as line:
+            return launch(args.np, argv, ft=args.ft != 'off', relay=progress.TerminalRelay(line))
     common = dict(weights=args.weights, snapshot=args.snapshot, level=args.level, stages=_stages(args.stage),
                   sigint_effect=args.sigint_effect, sighup_effect=args.sighup_effect)
     if parallel or (args.virtual_workers or 1) > 1:

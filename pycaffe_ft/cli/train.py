@@ -1,9 +1,9 @@
 """``pycaffe-ft train`` and ``pycaffe-ft test``: Caffe's train/test tools."""
 import signal
-import sys
 
 from ..errors import SolverError
 from ..log import logger
+from . import progress
 
 __all__ = ['train', 'test', 'install_signal_handlers']
 
@@ -38,17 +38,6 @@ def install_signal_handlers(solver, sigint_effect='stop', sighup_effect='snapsho
         solver.action_request = request
 
 
-def _progress(solver):
-    """A progress line on a terminal (stdout), never in the log."""
-    if not sys.stdout.isatty():
-        return
-
-    def on_start():
-        sys.stdout.write('\r[%d/%d]' % (solver.iter, solver.param.max_iter))
-        sys.stdout.flush()
-    solver.add_callback(on_start=on_start)
-
-
 def train(solver_path, weights=None, snapshot=None, level=0, stages=(), sigint_effect='stop',
           sighup_effect='snapshot'):
     from ..solvers import Solver
@@ -61,9 +50,13 @@ def train(solver_path, weights=None, snapshot=None, level=0, stages=(), sigint_e
     logger.info('Using CPU (pycaffe-ft runs on the CPU)')
     solver = Solver(param, weights=weights, source=solver_path)
     install_signal_handlers(solver, sigint_effect, sighup_effect)
-    _progress(solver)
     logger.info('Starting Optimization')
-    solver.solve(snapshot)
+    if progress.wanted():
+        with progress.ProgressLine() as line:
+            progress.attach(solver, line.update)
+            solver.solve(snapshot)
+    else:
+        solver.solve(snapshot)
     from .. import faults
     faults.warn_unfired()
     return solver
@@ -106,6 +99,9 @@ def train_parallel(solver_path, parallel, ft=True, virtual_workers=None, min_ran
     logger.info('Data-parallel training: %d ranks, %d virtual workers (fault tolerance %s)',
                 comm.size, solver.V, 'on' if parallel and ft else 'off')
     install_signal_handlers(solver, sigint_effect, sighup_effect, parallel=True)
+    sink = progress.report_line()
+    if sink is not None:
+        progress.attach(solver, lambda report: solver.is_root and sink(report))
     logger.info('Starting Optimization')
     solver.solve(snapshot)
     solver.summary()

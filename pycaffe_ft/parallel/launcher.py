@@ -45,7 +45,7 @@ def _die_with_parent():
 RELAYED = {signal.SIGINT: signal.SIGUSR1, signal.SIGTERM: signal.SIGUSR1, signal.SIGHUP: signal.SIGUSR2}
 
 
-def launch(n, argv, ft=True):
+def launch(n, argv, ft=True, relay=None):
     """Run the ranks; returns mpiexec's exit code. Each rank's BLAS runs one thread per call;
     the ranks' own thread count is the user's (``--threads``, the usual variables) or automatic
     (the cores divided among the ranks of a node, see :mod:`pycaffe_ft.intra_op`).
@@ -53,13 +53,28 @@ def launch(n, argv, ft=True):
     mpiexec runs in a session of its own, so the terminal's Ctrl-C reaches only this process
     (mpiexec would kill the ranks on SIGINT). SIGINT and SIGTERM are relayed as SIGUSR1 (the
     ranks apply --sigint_effect at the next iteration they agree on), SIGHUP as SIGUSR2
-    (--sighup_effect); a second SIGINT or SIGTERM ends the job at once."""
+    (--sighup_effect); a second SIGINT or SIGTERM ends the job at once.
+
+    ``relay`` (optional) takes the ranks' output: its ``environment(env)`` adjusts the ranks'
+    environment and ``pump(pipe, stream)`` copies one of mpiexec's pipes to our stream (called
+    in a thread per pipe); without it the ranks write to our stdout and stderr directly."""
     env = dict(os.environ)
     ours = [var for var in ('OPENBLAS_NUM_THREADS', 'OMP_NUM_THREADS', 'MKL_NUM_THREADS') if var not in env]
     env.update({var: '1' for var in ours})  # no BLAS thread pools started at import in each rank
     env['PYCAFFE_FT_LAUNCHER_SET'] = ','.join(ours)  # ... which does not fix the ranks' thread count
+    pipes = {}
+    if relay is not None:
+        env = relay.environment(env)
+        pipes = dict(stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     proc = subprocess.Popen(mpiexec_command(n, argv, ft), env=env, start_new_session=True,
-                            preexec_fn=_die_with_parent)
+                            preexec_fn=_die_with_parent, **pipes)
+    pumps = []
+    if relay is not None:
+        import threading
+        pumps = [threading.Thread(target=relay.pump, args=(pipe, stream), daemon=True)
+                 for pipe, stream in ((proc.stdout, sys.stdout), (proc.stderr, sys.stderr))]
+        for pump in pumps:
+            pump.start()
     relayed = []
 
     def relay(signum, frame):
@@ -70,7 +85,10 @@ def launch(n, argv, ft=True):
         proc.send_signal(RELAYED[signum])
     previous = {sig: signal.signal(sig, relay) for sig in RELAYED}
     try:
-        return proc.wait()
+        code = proc.wait()
+        for pump in pumps:
+            pump.join(timeout=10)  # EOF once every rank has exited
+        return code
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
