@@ -163,21 +163,30 @@ def _positive_float(text):
 # -- train / test --------------------------------------------------------------------------
 @command('train', 'train a net (like caffe train); --np N for fault-tolerant data parallelism')
 def cmd_train(args):
+    from ..errors import CaffeError
     from ..parallel.launcher import in_mpi_job, launch
     from .train import train, train_parallel, warm_up
     if args.inject_fault:
         from .. import faults
         faults.inject(args.inject_fault)
     parallel = args.mpi_worker or in_mpi_job()
+    if (args.hostfile or args.host or args.net_if) and (args.np == 1 or parallel):
+        raise CaffeError('--hostfile, --host and --net-if place the ranks that --np N (N > 1) starts')
     if args.np > 1 and not parallel:
-        warm_up(args.solver)
-        argv = [a for a in sys.argv[1:]]
-        argv = _strip_flag(normalize_gflags(argv), '--np') + ['--mpi-worker']
+        from ..parallel.launcher import Placement
         from . import progress
+        placement = Placement(args.hostfile, args.host, args.net_if)
+        placement.check(args.np)
+        warm_up(args.solver)
+        argv = normalize_gflags(sys.argv[1:])
+        for flag in ('--np', '--hostfile', '--host', '--net-if', '--net_if'):
+            argv = _strip_flag(argv, flag)
+        argv += ['--mpi-worker']
         if not progress.wanted():
-            return launch(args.np, argv, ft=args.ft != 'off')
+            return launch(args.np, argv, ft=args.ft != 'off', placement=placement)
         with progress.ProgressLine() as line:
-            return launch(args.np, argv, ft=args.ft != 'off', relay=progress.TerminalRelay(line))
+            return launch(args.np, argv, ft=args.ft != 'off', relay=progress.TerminalRelay(line),
+                          placement=placement)
     common = dict(weights=args.weights, snapshot=args.snapshot, level=args.level, stages=_stages(args.stage),
                   sigint_effect=args.sigint_effect, sighup_effect=args.sighup_effect)
     if parallel or (args.virtual_workers or 1) > 1:
@@ -368,6 +377,12 @@ def build_parser():
     p.add_argument('--gpu', default=None, help='accepted and ignored (CPU only), with a warning')
     p.add_argument('--np', type=_positive_int, default=1, help='start N MPI ranks (data-parallel, fault tolerant)')
     _threads_flag(p, ' (per rank with --np)')
+    p.add_argument('--hostfile', help='with --np: run the ranks on the hosts of this Open MPI hostfile '
+                                      '("name slots=N" lines; see README, Several machines)')
+    p.add_argument('--host', help='with --np: run the ranks on these hosts, NAME[:SLOTS],...')
+    p.add_argument('--net-if', '--net_if', help='with --np: the network interface (or CIDR) the ranks talk '
+                                                'over; default: loopback on one machine, Open MPI\'s choice '
+                                                'with --hostfile/--host')
     p.add_argument('--virtual-workers', '--virtual_workers', type=_positive_int, default=None,
                    help='virtual workers V (default: the starting number of ranks)')
     p.add_argument('--ft', default='on', choices=['on', 'off'], help='ULFM fault tolerance (off: fail-stop MPI)')

