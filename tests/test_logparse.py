@@ -43,3 +43,14 @@ def test_only_glog_lines_count():
     assert caffe_line('Iteration 5, lr = 1\n') is None
     assert caffe_line('\r\x1b[K[1/2]\r\x1b[K') is None
     assert caffe_line('[1,3]<stderr>:I1130 10:00:00.000001  11 a.py:1] hi\n') == 'I1130 10:00:00.000001  11 a.py:1] hi'
+
+
+def test_a_serial_log_has_no_recovery_timeline(tmp_path):
+    import pytest
+    from pycaffe_ft.errors import CaffeError
+    from pycaffe_ft.logparse import parse_recovery, plot_timeline
+    (tmp_path / 'clean.log').write_text(CLEAN)
+    assert parse_recovery(str(tmp_path / 'clean.log')) == {
+        'ranks': None, 'iterations': [(8.999999, 100, 0.07)], 'failures': []}
+    with pytest.raises(CaffeError, match='not the log of a parallel run'):
+        plot_timeline(str(tmp_path / 'clean.log'), str(tmp_path / 't.png'))

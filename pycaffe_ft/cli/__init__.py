@@ -312,10 +312,15 @@ def cmd_parse_log(args):
     return 0
 
 
-@command('plot-log', 'plot the outputs of a training log (needs matplotlib)')
+@command('plot-log', 'plot the outputs of a training log, and the recovery timeline of a parallel run (needs matplotlib)')
 def cmd_plot_log(args):
-    from ..logparse import plot_log
+    from ..logparse import parse_recovery, plot_log, plot_timeline
     print('Wrote %s' % plot_log(args.logfile, args.out, args.x))
+    timeline = args.timeline
+    if timeline is None and parse_recovery(args.logfile)['ranks'] is not None:
+        timeline = '%s-timeline%s' % os.path.splitext(args.out)
+    if timeline:
+        print('Wrote %s' % plot_timeline(args.logfile, timeline))
     return 0
 
 
@@ -457,6 +462,8 @@ def build_parser():
     p.add_argument('logfile')
     p.add_argument('--out', required=True)
     p.add_argument('--x', default='NumIters', choices=['NumIters', 'Seconds'])
+    p.add_argument('--timeline', help='also draw the recovery timeline of a parallel run here (default for a '
+                                      'parallel log: OUT-timeline.png beside --out)')
     p = sub.add_parser('install-caffe-alias', help=COMMANDS['install-caffe-alias'][1])
     p.add_argument('--target', help='directory to put the caffe package in (default: site-packages)')
     p = sub.add_parser('upgrade-net', help=COMMANDS['upgrade-net'][1])

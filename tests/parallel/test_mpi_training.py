@@ -184,6 +184,20 @@ def test_survives_three_kills_with_the_same_result(tmp_path, mnist):
     assert 'is the new root' in log and '3 failures' in log
     assert_same_weights(weights(ok, 20), weights(ft, 20))
     assert sorted(map(json.dumps, ledger(ok))) == sorted(map(json.dumps, ledger(ft)))
+    # the recovery timeline plot-log draws, read back from this log
+    from pycaffe_ft.logparse import parse_recovery, plot_timeline
+    (ft / 'train.log').write_text(log)
+    run = parse_recovery(str(ft / 'train.log'))
+    assert run['ranks'] == 4 and [p[1] for p in run['iterations']] == [5, 10, 15]
+    assert [(f['iter'], f['dead'], f['alive']) for f in run['failures']] == [(5, [2], 3), (9, [0], 2), (13, [1], 1)]
+    assert run['failures'][1]['new_root'] == 1 and all(f['recovery_s'] > 0 for f in run['failures'])
+    assert [f['seconds'] for f in run['failures']] == sorted(f['seconds'] for f in run['failures'])
+    try:
+        import matplotlib  # noqa: F401  (an optional extra)
+    except ImportError:
+        return
+    plot_timeline(str(ft / 'train.log'), str(ft / 'timeline.png'))
+    assert (ft / 'timeline.png').read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
 
 
 @pytest.mark.parametrize('faults', [['1:0:broadcast'], ['1:10:test'], ['0:10:snapshot'],
