@@ -7,7 +7,7 @@ the layer name and type, expected versus actual.
 
 __all__ = ['CaffeError', 'PrototxtError', 'ForkFeatureError', 'UnknownLayerTypeError',
            'NetError', 'ShapeError', 'WeightsError', 'LayerSetupError', 'SolverError',
-           'DataError']
+           'DataError', 'did_you_mean']
 
 
 class CaffeError(Exception):
@@ -60,3 +60,11 @@ class SolverError(CaffeError):
 
 class DataError(CaffeError):
     """A dataset (LMDB, image list, mean file) that cannot be read as expected."""
+
+
+def did_you_mean(name, candidates):
+    """' (did you mean "x"?)' for the candidate closest to a misspelt ``name``, else ''."""
+    import difflib
+    by_lower = {c.lower(): c for c in candidates}
+    close = difflib.get_close_matches(str(name).lower(), list(by_lower), n=1, cutoff=0.6)
+    return ' (did you mean "%s"?)' % by_lower[close[0]] if close else ''

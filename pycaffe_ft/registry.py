@@ -26,8 +26,10 @@ class Registry:
         try:
             return self._entries[name]
         except KeyError:
-            raise error('%sunknown %s "%s"; known: %s' % (
-                context, self.kind, name, ', '.join(sorted(self._entries)))) from None
+            from .errors import did_you_mean
+            raise error('%sunknown %s "%s"%s; known: %s' % (
+                context, self.kind, name, did_you_mean(name, self._entries),
+                ', '.join(sorted(self._entries)))) from None
 
     def __contains__(self, name):
         return name in self._entries

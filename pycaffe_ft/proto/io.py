@@ -10,7 +10,7 @@ from google.protobuf import message as _message
 from google.protobuf import text_format
 
 from ..atomic import atomic_write_bytes
-from ..errors import ForkFeatureError, PrototxtError, WeightsError
+from ..errors import ForkFeatureError, PrototxtError, WeightsError, did_you_mean
 from . import caffe_pb2
 
 __all__ = ['parse_text', 'read_text', 'write_text', 'read_binary', 'write_binary',
@@ -41,6 +41,19 @@ def _enclosing_layer(text, line):
     return name
 
 
+def _names(descriptor, kind):
+    return [x.name for x in getattr(descriptor, kind)] if descriptor is not None else []
+
+
+def _enum(dotted):
+    """The enum descriptor of ``Message.Enum`` (or a top-level ``Enum``) in caffe.proto."""
+    outer, _, inner = dotted.rpartition('.')
+    if not outer:
+        return caffe_pb2.DESCRIPTOR.enum_types_by_name.get(inner)
+    message = caffe_pb2.DESCRIPTOR.message_types_by_name.get(outer)
+    return message.enum_types_by_name.get(inner) if message is not None else None
+
+
 def parse_text(text, message, path=None):
     """Merge prototxt ``text`` into ``message`` (returned); raise PrototxtError on any problem."""
     try:
@@ -53,14 +66,18 @@ def parse_text(text, message, path=None):
         in_layer = ' (in layer "%s")' % layer if layer else ''
         unknown = _UNKNOWN_FIELD.search(detail)
         if unknown:
+            fields = _names(caffe_pb2.DESCRIPTOR.message_types_by_name.get(unknown.group(1)), 'fields')
+            hint = did_you_mean(unknown.group(2), fields)
             raise ForkFeatureError(
-                'unknown field "%s" in %s%s: BVLC Caffe has no such field (a Caffe fork\'s '
-                'field?)' % (unknown.group(2), unknown.group(1), in_layer),
+                'unknown field "%s" in %s%s%s' % (unknown.group(2), unknown.group(1), in_layer, hint or
+                                                  ': BVLC Caffe has no such field (a Caffe fork\'s field?)'),
                 path, line, column) from None
         enum = _UNKNOWN_ENUM.search(detail)
         if enum:
-            raise PrototxtError('unknown value %s for enum %s%s' % (
-                enum.group(2), enum.group(1), in_layer), path, line, column) from None
+            values = _names(_enum(enum.group(1)), 'values')
+            raise PrototxtError('unknown value %s for enum %s%s%s' % (
+                enum.group(2), enum.group(1), in_layer, did_you_mean(enum.group(2), values) or
+                '; known: %s' % ', '.join(values)), path, line, column) from None
         raise PrototxtError(detail + in_layer, path, line, column) from None
     return message
 

@@ -111,3 +111,25 @@ def test_hdf5_weights_round_trip(tmp_path):
     for name in ('ip1', 'ip2'):
         for a, b in zip(net.params[name], other.params[name]):
             assert np.array_equal(a.data, b.data)
+
+
+@pytest.mark.parametrize('text, message', [
+    ('layer { name: "c" type: "Convolution" convolution_parm { num_output: 2 } }',
+     'unknown field "convolution_parm" in LayerParameter (in layer "c") (did you mean "convolution_param"?)'),
+    ('layer { name: "c" type: "Convolution" convolution_param { num_ouput: 2 } }',
+     '(did you mean "num_output"?)'),
+    ('layer { name: "p" pooling_param { pool: MAXX } }',
+     'unknown value MAXX for enum PoolingParameter.PoolMethod (in layer "p") (did you mean "MAX"?)'),
+    ('layer { name: "p" pooling_param { pool: BANANA } }', '; known: MAX, AVE, STOCHASTIC'),
+    ('layer { name: "p" pooling_param { frobnicate: 1 } }', "BVLC Caffe has no such field (a Caffe fork's field?)"),
+])
+def test_misspelt_names_get_a_suggestion(text, message):
+    with pytest.raises(PrototxtError) as info:
+        parse_text(text, caffe_pb2.NetParameter(), 'n.prototxt')
+    assert message in str(info.value)
+
+
+def test_a_misspelt_layer_type_gets_a_suggestion(tmp_path):
+    (tmp_path / 'n.prototxt').write_text('layer { name: "p" type: "Convolutoin" top: "x" }\n')
+    with pytest.raises(caffe.CaffeError, match=r'unknown layer type "Convolutoin" \(did you mean "Convolution"\?\)'):
+        caffe.Net(str(tmp_path / 'n.prototxt'), caffe.TEST)
