@@ -5,13 +5,42 @@ keeps the memory (and its values), like Caffe's ``Blob::Reshape``. Learnable blo
 are re-bound to views of one flat parameter buffer (:meth:`bind`), so a whole-net allreduce
 or state copy is one call on one array.
 """
+import math
+import os
+
 import numpy as np
 
 from .errors import ShapeError
 
-__all__ = ['Blob']
+__all__ = ['Blob', 'max_blob_bytes']
 
 _MAX_AXES = 32
+
+
+def max_blob_bytes():
+    """The most memory one blob (data and diff) may take: ``PYCAFFE_FT_MAX_BLOB_BYTES``, else a
+    quarter of the machine's physical memory."""
+    value = os.environ.get('PYCAFFE_FT_MAX_BLOB_BYTES', '').strip()
+    if value.isdigit():
+        return int(value)
+    try:
+        return os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') // 4
+    except (ValueError, OSError, AttributeError):
+        return 4 << 30
+
+
+def _allocate(count, dtype, shape):
+    """Zeroed data and diff buffers of ``count`` elements, or a ShapeError saying why not."""
+    need = 2 * count * np.dtype(dtype).itemsize
+    if need > max_blob_bytes():
+        raise ShapeError('a blob of shape %s (%d elements, %.3g GB with its diff) exceeds the %.3g GB '
+                         'one blob may take (PYCAFFE_FT_MAX_BLOB_BYTES; default a quarter of the '
+                         'memory)' % (list(shape), count, need / 1e9, max_blob_bytes() / 1e9))
+    try:
+        return np.zeros(count, dtype), np.zeros(count, dtype)
+    except (MemoryError, ValueError) as e:
+        raise ShapeError('cannot allocate a blob of shape %s (%.3g GB with its diff): %s'
+                         % (list(shape), need / 1e9, e)) from None
 
 
 class Blob:
@@ -31,10 +60,9 @@ class Blob:
         shape = tuple(int(d) for d in shape)
         if len(shape) > _MAX_AXES or any(d < 0 for d in shape):
             raise ShapeError('invalid blob shape %s' % (list(shape),))
-        count = int(np.prod(shape, dtype=np.int64))
+        count = math.prod(shape)
         if count > self._data_buf.size:
-            self._data_buf = np.zeros(count, self._data_buf.dtype)
-            self._diff_buf = np.zeros(count, self._diff_buf.dtype)
+            self._data_buf, self._diff_buf = _allocate(count, self._data_buf.dtype, shape)
         self._shape = shape
         self._data = self._data_buf[:count].reshape(shape)
         self._diff = self._diff_buf[:count].reshape(shape)

@@ -14,7 +14,7 @@ from .errors import NetError, ShapeError, UnknownLayerTypeError, WeightsError
 from .log import logger
 from .netspec_io import load_net_param
 from .proto import caffe_pb2
-from .proto.io import array_to_blob, blob_to_array, read_binary
+from .proto.io import array_to_blob, blob_to_array, first_non_finite, read_binary
 from .proto.upgrade import upgrade_net
 from .registry import LAYERS
 from .split import insert_splits
@@ -134,6 +134,10 @@ class Net:
             if len(lp.propagate_down) and len(lp.propagate_down) != len(lp.bottom):
                 raise NetError('%s: layer "%s": propagate_down param must be specified either 0 '
                                'or bottom_size times' % (where, lp.name))
+            bad = first_non_finite(lp)
+            if bad:
+                raise NetError('%s: layer "%s" (type %s): %s is %s; it must be a finite number'
+                               % (where, lp.name, lp.type, bad[0], bad[1]))
             cls = LAYERS.get(lp.type, UnknownLayerTypeError,
                              '%s: layer "%s": ' % (where, lp.name))
             layer_param = caffe_pb2.LayerParameter()
@@ -189,7 +193,7 @@ class Net:
             try:
                 layer.setup(bottoms, tops)
             except NetError as e:
-                raise type(e)('%s: %s%s' % (where, e, self._describe_bottoms(layer_id))) from None
+                raise type(e)('%s: %s%s' % (where, self._named(e, layer_id), self._describe_bottoms(layer_id))) from None
             logger.debug('Setting up %s', lp.name)
             n_blobs = len(layer.blobs)
             if len(lp.param) > n_blobs:
@@ -231,6 +235,12 @@ class Net:
                                               self._producer.get(bid, '?'))
                  for bid in self.bottom_ids[layer_id]]
         return ' [bottoms: %s]' % '; '.join(parts) if parts else ''
+
+    def _named(self, error, layer_id):
+        """The error's text, led by the layer's name and type unless it names the layer already."""
+        name, kind = self._layer_names[layer_id], self.layers[layer_id].type
+        text = str(error)
+        return text if 'layer "%s"' % name in text else 'layer "%s" (type %s): %s' % (name, kind, text)
 
     def _where(self, layer_id):
         line = self._layer_lines[layer_id] if layer_id < len(self._layer_lines) else None
@@ -402,7 +412,7 @@ class Net:
             try:
                 loss += layer.run_forward(self.bottom_vecs[i], self.top_vecs[i])
             except NetError as e:
-                raise type(e)('%s: %s%s' % (self._where(i), e, self._describe_bottoms(i))) from None
+                raise type(e)('%s: %s%s' % (self._where(i), self._named(e, i), self._describe_bottoms(i))) from None
             if self.debug_info:
                 self._forward_debug_info(i)
             for fn in hooks['after_forward']:

@@ -4,11 +4,13 @@
 NetParameter; it returns the upgraded NetParameter and a :class:`NetSource` that maps layer
 indices back to file lines for error messages.
 """
+import io
 import os
 
 from .errors import PrototxtError
 from .proto import caffe_pb2
-from .proto.io import layer_lines, parse_text, read_binary
+from .errors import WeightsError
+from .proto.io import decode_text, layer_lines, looks_like_text, parse_text, read_binary, read_bytes
 from .proto.upgrade import upgrade_net, upgrade_solver
 
 __all__ = ['NetSource', 'load_net_param', 'load_solver_param']
@@ -32,18 +34,6 @@ class NetSource:
         return os.path.dirname(os.path.abspath(self.path)) if self.path else os.getcwd()
 
 
-def _looks_binary(data):
-    return b'\x00' in data[:4096] or not _decodes(data)
-
-
-def _decodes(data):
-    try:
-        data.decode('utf-8')
-        return True
-    except UnicodeDecodeError:
-        return False
-
-
 def load_net_param(source):
     """(upgraded NetParameter, NetSource) from a path, prototxt text or NetParameter."""
     if isinstance(source, caffe_pb2.NetParameter):
@@ -56,17 +46,21 @@ def load_net_param(source):
         raise TypeError('net must be a path, prototxt text or NetParameter, not %r' % type(source))
     if not os.path.exists(source) and ('{' in source or '\n' in source):
         return _from_text(source, None)
+    data = _read_definition(source, 'net definition')
+    if looks_like_text(data):  # text, perhaps with a stray byte: errors point into the text
+        return _from_text(decode_text(data, source), source)
     try:
-        with open(source, 'rb') as f:
-            data = f.read()
-    except FileNotFoundError:
-        raise PrototxtError('net definition file not found', source) from None
-    except OSError as e:
-        raise PrototxtError('cannot read net definition (%s)' % e.strerror, source) from None
-    if _looks_binary(data):
-        param = read_binary(source, caffe_pb2.NetParameter())
-        return upgrade_net(param, source), NetSource(source)
-    return _from_text(data.decode('utf-8'), source)
+        param = read_binary(io.BytesIO(data), caffe_pb2.NetParameter())
+    except WeightsError as e:
+        raise PrototxtError('neither a text prototxt nor a binary NetParameter (%s)'
+                            % str(e).split(': ', 1)[-1], source) from None
+    return upgrade_net(param, source), NetSource(source)
+
+
+def _read_definition(path, what):
+    def error(message):
+        return PrototxtError(message.split(': ', 1)[-1] if message.startswith(path) else message, path)
+    return read_bytes(path, what, error)
 
 
 def _from_text(text, path):
@@ -87,11 +81,5 @@ def load_solver_param(source):
         return upgrade_solver(param)
     if not os.path.exists(source) and ('{' in source or ':' in source and '\n' in source):
         return upgrade_solver(parse_text(source, caffe_pb2.SolverParameter()))
-    try:
-        with open(source) as f:
-            text = f.read()
-    except FileNotFoundError:
-        raise PrototxtError('solver file not found', source) from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise PrototxtError('cannot read solver file (%s)' % e, source) from None
+    text = decode_text(_read_definition(source, 'solver file'), source)
     return upgrade_solver(parse_text(text, caffe_pb2.SolverParameter(), source), source)

@@ -272,6 +272,15 @@ def cmd_compute_image_mean(args):
     return 0
 
 
+@command('check-db', 'read every record of an LMDB in a child process; report the first unreadable one')
+def cmd_check_db(args):
+    from ..data.check_db import check_db, describe
+    report = check_db(args.db, timeout=args.timeout)
+    for line in describe(args.db, report):
+        print(line)
+    return 0 if report['status'] == 'ok' else 1
+
+
 @command('extract-features', 'blob values of a net over N batches -> LMDB of Datums')
 def cmd_extract_features(args):
     from ..data.features import extract_features
@@ -443,6 +452,9 @@ def build_parser():
     p.add_argument('db')
     p.add_argument('output', nargs='?')
     p.add_argument('--backend', default='lmdb')
+    p = sub.add_parser('check-db', help=COMMANDS['check-db'][1])
+    p.add_argument('db', help='the LMDB directory (or data.mdb file)')
+    p.add_argument('--timeout', type=_positive_float, default=None, help='give up after this many seconds')
     p = sub.add_parser('extract-features', help=COMMANDS['extract-features'][1])
     p.add_argument('weights')
     p.add_argument('model')

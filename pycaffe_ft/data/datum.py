@@ -43,6 +43,9 @@ def datum_to_array(datum, key=None, force_color=False, force_gray=False):
         color = not force_gray
         return decode_image_bytes(datum.data, color=color or force_color, key=key)
     c, h, w = datum.channels, datum.height, datum.width
+    if min(c, h, w) <= 0:
+        raise DataError('record %r: a Datum of shape %dx%dx%d holds no pixels (channels, height and '
+                        'width must be positive)' % (key, c, h, w))
     if len(datum.data):
         if len(datum.data) != c * h * w:
             raise DataError('record %r: %d data bytes for shape %dx%dx%d' % (key, len(datum.data), c, h, w))

@@ -36,6 +36,39 @@ def _release_env(real):
             del _OPEN_ENVS[real]
 
 
+def _lmdb_file(path):
+    return os.path.join(path, 'data.mdb') if os.path.isdir(path) else path
+
+
+def check_lmdb_size(path):
+    """Refuse a truncated LMDB before liblmdb maps it (reading past the end of a mapped file
+    kills the process with SIGBUS): the newer of the two meta pages says how many pages the
+    file must hold. Files that do not look like LMDB are left to liblmdb's own checks."""
+    import struct
+    filename = _lmdb_file(path)
+    try:
+        size = os.path.getsize(filename)
+        with open(filename, 'rb') as f:
+            head = f.read(160)
+            if len(head) < 152 or struct.unpack_from('<I', head, 16)[0] != 0xBEEFC0DE:
+                return
+            page = struct.unpack_from('<I', head, 40)[0]  # the free DB's md_pad holds the page size
+            metas = [head]
+            if 4096 <= page <= 65536 and size >= page + 152:
+                f.seek(page)
+                metas.append(f.read(160))
+    except OSError:
+        return
+    if not 4096 <= page <= 65536:
+        raise DataError('LMDB "%s": the meta page gives a page size of %d: not a valid database' % (path, page))
+    valid = [m for m in metas if len(m) >= 152 and struct.unpack_from('<I', m, 16)[0] == 0xBEEFC0DE]
+    last_page, _ = max((struct.unpack_from('<QQ', m, 136)[::-1] for m in valid))[::-1]
+    needed = (last_page + 1) * page
+    if size < needed:
+        raise DataError('LMDB "%s" is truncated: %s has %d bytes, its meta page says %d '
+                        '(%d pages of %d)' % (path, filename, size, needed, last_page + 1, page))
+
+
 class LMDBReader:
     """Read-only LMDB; keys are listed once at open."""
 
@@ -45,13 +78,18 @@ class LMDBReader:
             raise DataError('LMDB "%s" not found (relative paths are relative to the working '
                             'directory %s); build it with pycaffe-ft convert-imageset, convert-mnist '
                             'or convert-cifar' % (path, os.getcwd()))
+        check_lmdb_size(path)
         try:
             self._real, self.env = _acquire_env(path)
         except lmdb.Error as e:
             raise DataError('cannot open LMDB "%s": %s' % (path, e)) from None
         self.path = path
-        with self.env.begin() as txn:
-            self.keys = list(txn.cursor().iternext(keys=True, values=False))
+        try:
+            with self.env.begin() as txn:
+                self.keys = list(txn.cursor().iternext(keys=True, values=False))
+        except lmdb.Error as e:
+            raise DataError('LMDB "%s": cannot list its keys (%s); pycaffe-ft check-db %s tells more'
+                            % (path, e, path)) from None
         if not self.keys:
             raise DataError('LMDB "%s" is empty' % path)
         self._txn = self.env.begin(buffers=False)
@@ -60,8 +98,15 @@ class LMDBReader:
         return len(self.keys)
 
     def __getitem__(self, index):
+        import lmdb
         key = self.keys[index]
-        return key, self._txn.get(key)
+        try:
+            value = self._txn.get(key)
+        except lmdb.Error as e:
+            raise DataError('record %r: %s' % (key, e)) from None
+        if value is None:
+            raise DataError('record %r: listed but missing (a corrupt database?)' % (key,))
+        return key, value
 
     def close(self):
         if self.env is not None:

@@ -43,8 +43,11 @@ class DataLayer(Layer):
         except DataError as e:
             raise self.error(str(e)) from None
         self.batch = p.batch_size
-        key, value = self.db[0]
-        first = self._image(key, value)[0]
+        try:
+            key, value = self.db[0]
+            first = self._image(key, value)[0]
+        except DataError as e:
+            raise self.error('%s: %s' % (self.db.path, e)) from None
         self.chw = first.shape
         self.transformer.check(self.chw, key)
         self.out_shape = self.transformer.output_shape(self.chw)
@@ -80,11 +83,14 @@ class DataLayer(Layer):
         records = []
         for i in range(self.batch):
             index = record_of(start + i)
-            key, value = self.db[index]
-            image, label = self._image(key, value)
+            try:
+                key, value = self.db[index]
+                image, label = self._image(key, value)
+            except DataError as e:
+                raise DataError('layer "%s": %s: %s' % (self.name, self.db.path, e)) from None
             if image.shape != self.chw:
-                raise DataError('layer "%s": record %r has shape %s, the first record %s'
-                                % (self.name, key, list(image.shape), list(self.chw)))
+                raise DataError('layer "%s": %s: record %r has shape %s, the first record %s'
+                                % (self.name, self.db.path, key, list(image.shape), list(self.chw)))
             self.transformer.transform(image, data[i])
             labels[i] = label
             records.append(index)

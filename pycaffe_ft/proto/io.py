@@ -3,7 +3,9 @@
 Every parse failure becomes a :class:`~pycaffe_ft.errors.PrototxtError` with file, line and
 column; a field that BVLC Caffe does not have becomes a :class:`ForkFeatureError` naming it.
 """
+import os
 import re
+import stat
 
 import numpy as np
 from google.protobuf import message as _message
@@ -15,21 +17,76 @@ from . import caffe_pb2
 
 __all__ = ['parse_text', 'read_text', 'write_text', 'read_binary', 'write_binary',
            'layer_lines', 'blob_to_array', 'array_to_blob', 'read_blob_file',
-           'message_to_text']
+           'message_to_text', 'read_bytes', 'decode_text', 'looks_like_text', 'first_non_finite']
 
 _UNKNOWN_FIELD = re.compile(r'Message type "caffe\.(\w+)" has no field named "(\w+)"')
 _UNKNOWN_ENUM = re.compile(r'Enum type "caffe\.([\w.]+)" has no value named (\w+)')
 _LOCATION = re.compile(r'^\d+:\d+ : ')
 
 
-def _read_file(path, mode='r'):
+def max_file_bytes():
+    """The largest protobuf file read (``PYCAFFE_FT_MAX_FILE_BYTES``, default 2 GiB: protobuf's
+    own message limit)."""
     try:
-        with open(path, mode) as f:
-            return f.read()
+        return int(os.environ.get('PYCAFFE_FT_MAX_FILE_BYTES', 2 << 30))
+    except ValueError:
+        return 2 << 30
+
+
+def read_bytes(path, what='file', error=PrototxtError):
+    """The bytes of the regular file ``path``, bounded: a device, FIFO or directory (say
+    ``/dev/zero``) and a file over :func:`max_file_bytes` are refused with ``error``."""
+    try:
+        with open(path, 'rb') as f:
+            info = os.fstat(f.fileno())
+            if not stat.S_ISREG(info.st_mode):
+                raise error('%s: the %s is not a regular file (a device, pipe or directory)' % (path, what))
+            if info.st_size > max_file_bytes():
+                raise error('%s: the %s has %d bytes, more than the %d a protobuf file may have '
+                            '(PYCAFFE_FT_MAX_FILE_BYTES)' % (path, what, info.st_size, max_file_bytes()))
+            return f.read(max_file_bytes() + 1)
     except FileNotFoundError:
-        raise PrototxtError('file not found', path) from None
-    except (IsADirectoryError, PermissionError, UnicodeDecodeError) as e:
-        raise PrototxtError('cannot read file (%s)' % e, path) from None
+        raise error('%s: %s not found' % (path, what)) from None
+    except (IsADirectoryError, PermissionError) as e:
+        raise error('%s: cannot read the %s (%s)' % (path, what, e.strerror)) from None
+
+
+def _text_error(message, path):
+    """PrototxtError for read_bytes: the path goes in front once."""
+    prefix = '%s: ' % path
+    return PrototxtError(message[len(prefix):] if message.startswith(prefix) else message, path)
+
+
+def looks_like_text(data):
+    """True when the first 4 KB are nearly all printable text (stray bytes allowed), as a
+    prototxt is and a binary protobuf (length prefixes, floats) is not."""
+    head = data[:4096]
+    if not head:
+        return True
+    texty = sum(1 for b in head if 32 <= b < 127 or b in (9, 10, 13) or b >= 128)
+    return texty >= 0.95 * len(head) and head.count(10) + head.count(32) > 0
+
+
+def decode_text(data, path):
+    """UTF-8 text of a prototxt; a NUL or undecodable byte is a PrototxtError at its line and
+    column (not a reason to read the file as binary)."""
+    bad = data.find(b'\x00')
+    try:
+        text = data.decode('utf-8')
+    except UnicodeDecodeError as e:
+        bad = e.start if bad < 0 else min(bad, e.start)
+        text = None
+    if bad >= 0:
+        line = data.count(b'\n', 0, bad) + 1
+        column = bad - (data.rfind(b'\n', 0, bad) + 1) + 1
+        raise PrototxtError('byte 0x%02x is not text (a NUL or a byte that is not UTF-8): a text '
+                            'prototxt must be UTF-8' % data[bad], path, line, column)
+    return text
+
+
+def _read_file(path, mode='r'):
+    data = read_bytes(path, 'file', lambda message: _text_error(message, path))
+    return data if 'b' in mode else decode_text(data, path)
 
 
 def _enclosing_layer(text, line):
@@ -97,7 +154,7 @@ def write_text(path, message):
 
 def read_binary(path, message):
     """Parse the binary protobuf file at ``path`` into ``message``; WeightsError if it is not one."""
-    data = _read_file(path, 'rb') if isinstance(path, str) else path.read()
+    data = read_bytes(path, 'file', WeightsError) if isinstance(path, str) else path.read()
     try:
         message.ParseFromString(data)
     except _message.DecodeError as e:
@@ -171,6 +228,8 @@ def blob_to_array(blob):
         shape = (blob.num, blob.channels, blob.height, blob.width)
     else:
         shape = (len(blob.data) or len(blob.double_data),)
+    if any(d < 0 for d in shape):
+        raise WeightsError('BlobProto has a negative dimension in its shape %s' % list(shape))
     if len(blob.double_data):
         values = np.asarray(blob.double_data, dtype=np.float64)
     else:
@@ -203,5 +262,45 @@ def array_to_blob(array, blob=None, legacy_shape=False, diff=None):
 
 
 def read_blob_file(path):
-    """A ``.binaryproto`` file (e.g. a mean file) -> ndarray."""
-    return blob_to_array(read_binary(path, caffe_pb2.BlobProto()))
+    """A ``.binaryproto`` file (e.g. a mean file) -> ndarray. A file that parses but holds no
+    values (an empty file, a .caffemodel, other protobufs) is refused."""
+    blob = read_binary(path, caffe_pb2.BlobProto())
+    if not (len(blob.data) or len(blob.double_data)):
+        raise WeightsError('%s: not a BlobProto with data (empty, or another kind of file such as a '
+                           '.caffemodel)' % path)
+    try:
+        return blob_to_array(blob)
+    except WeightsError as e:
+        raise WeightsError('%s: %s' % (path, e)) from None
+
+
+_FLOATS = (2, 1)  # FieldDescriptor.TYPE_FLOAT, TYPE_DOUBLE
+
+
+def _repeated(field):
+    repeated = getattr(field, 'is_repeated', None)  # protobuf >= 5; older ones have label
+    return repeated if repeated is not None else field.label == field.LABEL_REPEATED
+
+
+def first_non_finite(message, path=''):
+    """(dotted field path, value) of the first NaN or infinite float in ``message`` (a
+    parameter message such as a LayerParameter; blobs' data are not parameters and are
+    skipped), or None."""
+    import math
+    for field, value in message.ListFields():
+        name = path + field.name
+        if field.message_type is not None:
+            if field.message_type.name == 'BlobProto':
+                continue
+            items = value if _repeated(field) else [value]
+            for i, item in enumerate(items):
+                where = '%s[%d]' % (name, i) if _repeated(field) else name
+                found = first_non_finite(item, where + '.')
+                if found:
+                    return found
+        elif field.type in _FLOATS:
+            items = value if _repeated(field) else [value]
+            for i, item in enumerate(items):
+                if not math.isfinite(item):
+                    return ('%s[%d]' % (name, i) if _repeated(field) else name), item
+    return None

@@ -1,6 +1,7 @@
 """Snapshots: ``<prefix>_iter_<N>.caffemodel`` + ``.solverstate`` (or HDF5), byte-compatible
 with Caffe's, each written atomically (temp file, fsync, rename)."""
 import os
+import re
 
 import numpy as np
 
@@ -29,6 +30,29 @@ def _history_blobs(solver):
     return arrays
 
 
+def remove_stale_temp_files(prefix):
+    """Delete the temp files a killed snapshot writer left for ``prefix`` (ours only: the
+    hidden ``.<prefix>_iter_N.caffemodel.XXXX.tmp`` names of atomic writes and HDF5's
+    ``<prefix>_iter_N.*.h5.tmp``). Only one process writes a prefix's snapshots at a time."""
+    directory, base = os.path.split(prefix)
+    pattern = re.compile(r'^(\.%s_iter_\d+\.(caffemodel|solverstate)(\.h5)?\.\w+\.tmp|'
+                         r'%s_iter_\d+\.(caffemodel|solverstate)\.h5\.tmp)$' % (re.escape(base), re.escape(base)))
+    try:
+        names = os.listdir(directory or '.')
+    except OSError:
+        return []
+    removed = []
+    for name in names:
+        if pattern.match(name):
+            try:
+                os.unlink(os.path.join(directory, name))
+                removed.append(name)
+                logger.info('Removed %s, left by a snapshot writer that was killed', os.path.join(directory, name))
+            except OSError:
+                pass
+    return removed
+
+
 def write_snapshot(solver):
     """Write model then solver state; returns (model path, state path)."""
     p = solver.param
@@ -37,6 +61,7 @@ def write_snapshot(solver):
     directory = os.path.dirname(p.snapshot_prefix)
     if directory and not os.path.isdir(directory):
         raise SolverError('snapshot directory "%s" does not exist' % directory)
+    remove_stale_temp_files(p.snapshot_prefix)
     hdf5 = p.snapshot_format == caffe_pb2.SolverParameter.HDF5
     try:
         if hdf5:
@@ -104,8 +129,17 @@ def restore_state(solver, path):
             raise SolverError(str(e)) from None
         iteration, current_step, learned = state.iter, state.current_step, state.learned_net
         history = [blob_to_array(b) for b in state.history]
-    if learned:
+    if not learned:  # Caffe would keep fresh weights: take them from where Caffe writes them
+        sibling = re.sub(r'\.solverstate(\.h5)?$', r'.caffemodel\1', path)
+        if sibling == path or not os.path.exists(sibling):
+            raise SolverError('%s names no weights file (learned_net is empty) and %s does not exist: '
+                              'resuming would silently start from fresh weights' % (path, sibling))
+        logger.warning('%s names no weights file (learned_net is empty); using %s beside it', path, sibling)
+        learned = sibling
+    try:
         solver.net.copy_from(_resolve(learned, path))
+    except WeightsError as e:
+        raise SolverError('%s: its weights (learned_net "%s") cannot be used: %s' % (path, learned, e)) from None
     expected = len(solver.history) * len(solver.net.learnable_params)
     if len(history) != expected:
         raise SolverError('%s: %d history blobs, this solver (%s) needs %d'
