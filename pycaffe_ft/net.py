@@ -19,6 +19,8 @@ from .proto.upgrade import upgrade_net
 from .registry import LAYERS
 from .split import insert_splits
 
+LARGE_BLOB_BYTES = 1 << 30  # a blob this large gets a warning naming its layer
+
 __all__ = ['Net', 'filter_net', 'state_meets_rule']
 
 TRAIN, TEST = caffe_pb2.TRAIN, caffe_pb2.TEST
@@ -195,6 +197,10 @@ class Net:
             except NetError as e:
                 raise type(e)('%s: %s%s' % (where, self._named(e, layer_id), self._describe_bottoms(layer_id))) from None
             logger.debug('Setting up %s', lp.name)
+            for blob in list(tops) + list(layer.blobs):
+                if blob.count * 8 >= LARGE_BLOB_BYTES:
+                    logger.warning('%s: layer "%s": a blob of shape %s takes %.3g GB with its diff', where,
+                                   lp.name, list(blob.shape), blob.count * 8 / 1e9)
             n_blobs = len(layer.blobs)
             if len(lp.param) > n_blobs:
                 raise NetError('%s: layer "%s": too many params specified (%d param specs, the '
@@ -626,6 +632,26 @@ class Net:
         copy_from_hdf5(self, path)
 
     # -- debug info --------------------------------------------------------------------------
+    def first_non_finite(self):
+        """Where NaN or inf first appears, in Caffe's debug_info order: the first layer whose
+        top data is not finite (forward), else the first layer, going backward, whose bottom
+        or param diff is not; a phrase naming layer, type and blob, or None."""
+        for i, layer in enumerate(self.layers):
+            for bid in self.top_ids[i]:
+                if not np.isfinite(self._blob_list[bid].data).all():
+                    return 'forward, layer "%s" (type %s), top blob "%s" data' % (
+                        self._layer_names[i], layer.type, self._blob_names[bid])
+        for i in reversed(range(len(self.layers))):
+            layer = self.layers[i]
+            for j, blob in enumerate(layer.blobs):
+                if not np.isfinite(blob.diff).all():
+                    return 'backward, layer "%s" (type %s), param blob %d diff' % (self._layer_names[i], layer.type, j)
+            for j, bid in enumerate(self.bottom_ids[i]):
+                if self.bottom_need_backward[i][j] and not np.isfinite(self._blob_list[bid].diff).all():
+                    return 'backward, layer "%s" (type %s), bottom blob "%s" diff' % (
+                        self._layer_names[i], layer.type, self._blob_names[bid])
+        return None
+
     def _forward_debug_info(self, i):
         for bid in self.top_ids[i]:
             logger.info('    [Forward] Layer %s, top blob %s data: %.6g', self._layer_names[i],

@@ -271,3 +271,49 @@ def test_forward_all_batches_and_pads():
     out = net.forward_all(data=x)
     w = net.params['ip'][0].data
     assert out['ip'].shape == (10, 2) and np.allclose(out['ip'], x @ w.T, atol=1e-5)
+
+
+def _input_net(tmp_path, dims, extra=''):
+    path = tmp_path / 'n.prototxt'
+    path.write_text('layer { name: "in" type: "Input" top: "x" input_param { shape { %s } } }\n%s'
+                    % (' '.join('dim: %d' % d for d in dims), extra))
+    return str(path)
+
+
+@pytest.mark.parametrize('dims, extra, layer', [
+    ((1000000, 1000000), '', 'in'),
+    ((1, 1, 8, 8), 'layer { name: "c" type: "Convolution" bottom: "x" top: "y" convolution_param { num_output: 1 '
+                   'kernel_size: 2147483647 } }', 'c'),
+    ((4, 1000), 'layer { name: "ip" type: "InnerProduct" bottom: "x" top: "y" inner_product_param { num_output: 1000 } }',
+     'ip'),
+])
+def test_a_blob_over_the_limit_is_refused_naming_the_layer(tmp_path, monkeypatch, dims, extra, layer):
+    monkeypatch.setenv('PYCAFFE_FT_MAX_BLOB_BYTES', str(1 << 20))  # 1 MB: the 4x1000 input fits, 1000x1000 weights not
+    with pytest.raises(caffe.CaffeError) as info:
+        caffe.Net(_input_net(tmp_path, dims, extra), caffe.TEST)
+    message = str(info.value)
+    assert 'n.prototxt' in message and 'layer "%s"' % layer in message and 'PYCAFFE_FT_MAX_BLOB_BYTES' in message
+
+
+def test_a_large_blob_is_allowed_with_a_warning_naming_its_layer(tmp_path, monkeypatch, caplog):
+    import pycaffe_ft.net as net_module
+    monkeypatch.setattr(net_module, 'LARGE_BLOB_BYTES', 1 << 16)
+    with caplog.at_level('WARNING', logger='pycaffe_ft'):
+        caffe.Net(_input_net(tmp_path, (64, 256)), caffe.TEST)
+    assert any('layer "in": a blob of shape [64, 256] takes' in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize('layer, field', [
+    ('layer { name: "ip" type: "InnerProduct" bottom: "x" top: "y" param { lr_mult: nan } '
+     'inner_product_param { num_output: 2 } }', 'param[0].lr_mult is nan'),
+    ('layer { name: "ip" type: "InnerProduct" bottom: "x" top: "y" param { lr_mult: 1 } param { decay_mult: inf } '
+     'inner_product_param { num_output: 2 } }', 'param[1].decay_mult is inf'),
+    ('layer { name: "ip" type: "InnerProduct" bottom: "x" top: "y" inner_product_param { num_output: 2 '
+     'weight_filler { type: "gaussian" std: -inf } } }', 'inner_product_param.weight_filler.std is -inf'),
+    ('layer { name: "d" type: "Dropout" bottom: "x" top: "y" dropout_param { dropout_ratio: nan } }',
+     'dropout_param.dropout_ratio is nan'),
+])
+def test_non_finite_layer_parameters_are_refused_naming_the_field(tmp_path, layer, field):
+    with pytest.raises(caffe.CaffeError) as info:
+        caffe.Net(_input_net(tmp_path, (2, 3), layer), caffe.TRAIN)
+    assert 'n.prototxt:2' in str(info.value) and field in str(info.value) and 'finite' in str(info.value)

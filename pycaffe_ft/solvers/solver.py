@@ -27,6 +27,12 @@ f32 = np.float32
 _REGULARIZATION = {'L2': L2, 'L1': L1}
 
 
+def _finite(x):
+    """All of x finite: one BLAS dot (NaN and inf propagate), confirmed element-wise only in
+    the rare case the sum of squares overflows."""
+    return bool(np.isfinite(np.dot(x, x))) or bool(np.isfinite(x).all())
+
+
 def _norm(x, block=1 << 20):
     """L2 norm of a float32 vector, accumulated in float64 a block at a time."""
     total = 0.0
@@ -168,8 +174,9 @@ class Solver:
             self.net.debug_info = bool(display and p.debug_info)
             loss = self.forward_backward()
             if not math.isfinite(loss):
-                raise SolverError('iteration %d: the loss is %s; training stopped before applying '
-                                  'this update (the last snapshot, if any, is intact)' % (self.iter, loss))
+                raise SolverError('iteration %d: the loss is %s (first non-finite value: %s); training '
+                                  'stopped before applying this update (the last snapshot, if any, is intact)'
+                                  % (self.iter, loss, self.net.first_non_finite() or 'not found in the blobs'))
             self._update_smoothed_loss(loss, start_iter)
             if display:
                 lapse = time.perf_counter() - timer
@@ -247,9 +254,14 @@ class Solver:
         if p.lars_eta > 0:
             rates = rates * self._lars_ratios(w, g, iter_scale, decays)
         chunk = 1 << 20  # elements per task: fixed, so the split never depends on the threads
+        chunks = [(lo, min(lo + chunk, w.size)) for lo in range(0, max(w.size, 1), chunk)]
+        if not all(run_chunks(lambda lo, hi: _finite(g[lo:hi]), chunks)):
+            raise SolverError('iteration %d: the gradient is not finite (first non-finite value: %s); training '
+                              'stopped before applying this update (the last snapshot, if any, is intact)'
+                              % (self.iter, self.net.first_non_finite() or 'after clipping'))
         run_chunks(lambda lo, hi: self.rule.apply(
             w, g, self.history, (lo, hi, self._bounds, rates, decays, iter_scale, regularization),
-            self.iter), [(lo, min(lo + chunk, w.size)) for lo in range(0, max(w.size, 1), chunk)])
+            self.iter), chunks)
 
     def _lars_ratios(self, w, g, iter_scale, decays):
         """LARS's per-blob factor eta * ||w|| / (||g|| + decay * ||w||) (float32), 1 where

@@ -133,3 +133,74 @@ def test_a_misspelt_layer_type_gets_a_suggestion(tmp_path):
     (tmp_path / 'n.prototxt').write_text('layer { name: "p" type: "Convolutoin" top: "x" }\n')
     with pytest.raises(caffe.CaffeError, match=r'unknown layer type "Convolutoin" \(did you mean "Convolution"\?\)'):
         caffe.Net(str(tmp_path / 'n.prototxt'), caffe.TEST)
+
+
+def test_every_corpus_file_is_text_and_its_binary_form_is_not():
+    """The text/binary decision on real files: each corpus prototxt looks like text, and the
+    same net serialized as a binary NetParameter does not (nor does a trained .caffemodel)."""
+    import csv
+    from pycaffe_ft.proto.io import looks_like_text
+    root = shared_path('corpus')
+    with open(os.path.join(root, 'MANIFEST.tsv')) as f:
+        rows = list(csv.DictReader(f, delimiter='\t'))
+    nets = 0
+    for row in rows:
+        data = open(os.path.join(root, row['local_path']), 'rb').read()
+        assert looks_like_text(data), row['local_path']
+        if row['format'] == 'V2':
+            param = caffe_pb2.NetParameter()
+            try:
+                parse_text(data.decode(), param)
+            except PrototxtError:
+                continue
+            if len(param.layer) > 1:
+                assert not looks_like_text(param.SerializeToString()), row['local_path']
+                nets += 1
+    assert nets > 50
+    model = shared_path('golden', 'mnist_lenet', 'lenet_iter_1000.caffemodel')
+    assert not looks_like_text(open(model, 'rb').read())
+
+
+@pytest.mark.parametrize('content, line, column, byte', [
+    (b'name: "x"\nlayer { name: "in"\x00 type: "Input" }\n', 2, 19, 0),
+    (b'name: "caf\xe9"\nlayer { name: "in" type: "Input" }\n', 1, 11, 0xe9),
+])
+def test_a_stray_byte_in_a_text_prototxt_is_pointed_at(tmp_path, content, line, column, byte):
+    for what, load in (('net', lambda p: caffe.Net(p, caffe.TEST)), ('solver', caffe.get_solver)):
+        path = tmp_path / ('%s.prototxt' % what)
+        path.write_bytes(content)
+        with pytest.raises(PrototxtError) as info:
+            load(str(path))
+        assert (info.value.line, info.value.column) == (line, column)
+        assert 'byte 0x%02x is not text' % byte in str(info.value)
+
+
+@pytest.mark.parametrize('path', ['/dev/zero', '<dir>'])
+def test_reads_are_bounded_to_regular_files(tmp_path, path):
+    path = str(tmp_path) if path == '<dir>' else path
+    with pytest.raises(caffe.CaffeError, match='not a regular file|cannot read'):
+        caffe.Net(path, caffe.TEST)
+    with pytest.raises(WeightsError, match='not a regular file|cannot read'):
+        read_blob_file(path)
+
+
+def test_a_file_over_the_size_limit_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setenv('PYCAFFE_FT_MAX_FILE_BYTES', '100')
+    (tmp_path / 'big.binaryproto').write_bytes(b'\x00' * 101)
+    with pytest.raises(WeightsError, match='has 101 bytes, more than the 100'):
+        read_blob_file(str(tmp_path / 'big.binaryproto'))
+
+
+def test_mean_files_must_be_blobs_with_data(tmp_path):
+    cases = {'empty.binaryproto': b'', 'model.caffemodel': caffe_pb2.NetParameter(name='lenet').SerializeToString()}
+    negative = caffe_pb2.BlobProto(data=[1.0, 2.0])
+    negative.shape.dim.extend([-1, -2])
+    cases['negative.binaryproto'] = negative.SerializeToString()
+    for name, data in cases.items():
+        (tmp_path / name).write_bytes(data)
+        with pytest.raises(WeightsError, match=name.replace('.', r'\.')) as info:
+            read_blob_file(str(tmp_path / name))
+        assert ('negative dimension' if 'negative' in name else 'not a BlobProto with data') in str(info.value)
+    good = array_to_blob(np.arange(6, dtype=np.float32).reshape(1, 2, 3))
+    (tmp_path / 'mean.binaryproto').write_bytes(good.SerializeToString())
+    assert read_blob_file(str(tmp_path / 'mean.binaryproto')).shape == (1, 2, 3)
