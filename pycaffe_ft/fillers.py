@@ -15,8 +15,11 @@ _VARIANCE_NORM = {0: 'FAN_IN', 1: 'FAN_OUT', 2: 'AVERAGE'}
 
 
 def fill(filler_param, array, rng):
-    """Fill ``array`` in place as ``filler_param`` says."""
-    FILLERS.get(filler_param.type, LayerSetupError)(filler_param, array, rng)
+    """Fill ``array`` in place as ``filler_param`` says (an empty blob, e.g. the weights of a
+    convolution over zero channels, has nothing to fill: Caffe accepts it too)."""
+    filler = FILLERS.get(filler_param.type, LayerSetupError)
+    if array.size:
+        filler(filler_param, array, rng)
     return array
 
 

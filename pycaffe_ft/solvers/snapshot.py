@@ -129,6 +129,8 @@ def restore_state(solver, path):
             raise SolverError(str(e)) from None
         iteration, current_step, learned = state.iter, state.current_step, state.learned_net
         history = [blob_to_array(b) for b in state.history]
+    if isinstance(learned, bytes):  # protobuf hands back a string field that is not UTF-8 as bytes
+        raise SolverError('%s: its learned_net %r is not a UTF-8 file name: a damaged solver state?' % (path, learned))
     if not learned:  # Caffe would keep fresh weights: take them from where Caffe writes them
         sibling = re.sub(r'\.solverstate(\.h5)?$', r'.caffemodel\1', path)
         if sibling == path or not os.path.exists(sibling):
