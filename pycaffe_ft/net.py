@@ -576,7 +576,10 @@ class Net:
                                    'have %d, the net has %d' % (where, src.name, len(src.blobs),
                                                                len(target.blobs)))
             for j, (bp, blob) in enumerate(zip(src.blobs, target.blobs)):
-                array = blob_to_array(bp)
+                try:
+                    array = blob_to_array(bp)
+                except WeightsError as e:
+                    raise WeightsError('%s: layer "%s", param %d: %s' % (where, src.name, j, e)) from None
                 if tuple(array.shape) != tuple(blob.shape):
                     legacy = not bp.HasField('shape') and array.size == blob.count and blob.num_axes <= 4 \
                         and (1,) * (4 - blob.num_axes) + tuple(blob.shape) == tuple(array.shape)

@@ -317,3 +317,16 @@ def test_non_finite_layer_parameters_are_refused_naming_the_field(tmp_path, laye
     with pytest.raises(caffe.CaffeError) as info:
         caffe.Net(_input_net(tmp_path, (2, 3), layer), caffe.TRAIN)
     assert 'n.prototxt:2' in str(info.value) and field in str(info.value) and 'finite' in str(info.value)
+
+
+def test_weights_with_negative_dimensions_are_refused(tmp_path):
+    from pycaffe_ft.proto import caffe_pb2
+    path = _input_net(tmp_path, (1, 3), 'layer { name: "ip" type: "InnerProduct" bottom: "x" top: "y" '
+                                        'inner_product_param { num_output: 2 bias_term: false } }')
+    model = caffe_pb2.NetParameter()
+    layer = model.layer.add(name='ip')
+    blob = layer.blobs.add(data=[1.0] * 6)
+    blob.shape.dim.extend([-2, -3])
+    (tmp_path / 'w.caffemodel').write_bytes(model.SerializeToString())
+    with pytest.raises(caffe.CaffeError, match=r'w\.caffemodel.*negative dimension'):
+        caffe.Net(path, str(tmp_path / 'w.caffemodel'), caffe.TEST)

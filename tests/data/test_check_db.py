@@ -52,10 +52,12 @@ def test_a_bad_record_is_named_by_check_db_and_by_the_data_layer(tmp_path):
     report = check_db(db)
     assert (report['status'], report['records'], report['index'], bytes.fromhex(report['key'])) == \
         ('bad record', 5, 5, b'00000005')
+    before = open(os.path.join(db, 'data.mdb'), 'rb').read()
     net = caffe.Net(net_on(db, tmp_path), caffe.TRAIN)
     net.forward()  # records 0-3
     with pytest.raises(DataError, match=r'layer "mnist": .*bad: record b\'00000005\' is not a serialized caffe.Datum'):
         net.forward()
+    assert open(os.path.join(db, 'data.mdb'), 'rb').read() == before
 
 
 def test_an_empty_first_record_is_a_data_error_not_a_filler_crash(tmp_path):
@@ -99,5 +101,7 @@ def test_corrupt_pages_never_kill_the_caller(tmp_path):
         outcomes.add(report['status'])
         if report['status'] == 'crashed':
             assert 'liblmdb killed the reader with SIG' in report['message'] and report['index'] == report['records']
+        assert (d / 'data.mdb').read_bytes() == bytes(damaged)  # read-only: nothing rewritten
     assert outcomes <= {'ok', 'bad record', 'crashed'} and outcomes != {'ok'}
+    assert open(os.path.join(db, 'data.mdb'), 'rb').read() == base
     shutil.rmtree(str(tmp_path / 'ok'))
