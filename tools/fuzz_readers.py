@@ -1,7 +1,7 @@
 """Seeded fuzzing of every reader of user files: net and solver prototxt, binary NetParameter
 (.caffemodel), .solverstate, BlobProto mean files, Datum records and LMDB databases.
 
-Each input is a valid seed file changed by 1-3 seeded mutations (byte flips, truncation,
+Each input is a valid seed file (two nets covering most layer types) changed by 1-3 seeded mutations (byte flips, truncation,
 insertions, huge varint length prefixes, duplicated or deleted ranges; for text also extreme
 numbers, NUL bytes, deep nesting, dropped braces, swapped field names). Inputs run in child
 processes, so every outcome is classified:
@@ -49,6 +49,31 @@ layer { name: "shape" type: "Reshape" bottom: "ip" top: "r" reshape_param { shap
 layer { name: "prob" type: "Softmax" bottom: "r" top: "prob" softmax_param { axis: 1 } }
 '''
 
+DEPLOY_MORE = '''name: "fuzz2"
+layer { name: "data" type: "Input" top: "data" top: "ids" input_param { shape { dim: 2 dim: 4 dim: 10 dim: 10 } shape { dim: 2 dim: 3 } } }
+layer { name: "deconv" type: "Deconvolution" bottom: "data" top: "up" convolution_param { num_output: 4 kernel_size: 4 stride: 2 pad: 1 group: 2 weight_filler { type: "bilinear" } } }
+layer { name: "crop" type: "Crop" bottom: "up" bottom: "data" top: "crop" crop_param { axis: 2 offset: 1 } }
+layer { name: "prelu" type: "PReLU" bottom: "crop" top: "crop" prelu_param { channel_shared: false } }
+layer { name: "spp" type: "SPP" bottom: "crop" top: "spp" spp_param { pyramid_height: 2 pool: MAX } }
+layer { name: "im2col" type: "Im2col" bottom: "data" top: "cols" convolution_param { kernel_size: 3 stride: 2 } }
+layer { name: "mvn" type: "MVN" bottom: "data" top: "mvn" mvn_param { normalize_variance: true across_channels: false eps: 1e-9 } }
+layer { name: "power" type: "Power" bottom: "mvn" top: "pow" power_param { power: 2 scale: 0.5 shift: 1 } }
+layer { name: "elu" type: "ELU" bottom: "pow" top: "elu" elu_param { alpha: 1 } }
+layer { name: "exp" type: "Exp" bottom: "elu" top: "exp" exp_param { base: -1 scale: 0.1 shift: 0 } }
+layer { name: "log" type: "Log" bottom: "exp" top: "log" log_param { base: 10 scale: 1 shift: 1 } }
+layer { name: "thr" type: "Threshold" bottom: "log" top: "thr" threshold_param { threshold: 0.5 } }
+layer { name: "tile" type: "Tile" bottom: "thr" top: "tile" tile_param { axis: 1 tiles: 2 } }
+layer { name: "red" type: "Reduction" bottom: "tile" top: "red" reduction_param { operation: SUMSQ axis: 2 coeff: 0.5 } }
+layer { name: "flat" type: "Flatten" bottom: "red" top: "flat" flatten_param { axis: 1 end_axis: -1 } }
+layer { name: "bias" type: "Bias" bottom: "flat" top: "biased" bias_param { axis: 1 num_axes: 1 filler { type: "constant" value: 0.1 } } }
+layer { name: "argmax" type: "ArgMax" bottom: "biased" top: "am" argmax_param { top_k: 2 out_max_val: true axis: 1 } }
+layer { name: "embed" type: "Embed" bottom: "ids" top: "emb" embed_param { num_output: 5 input_dim: 10 weight_filler { type: "uniform" min: -1 max: 1 } } }
+layer { name: "abs" type: "AbsVal" bottom: "emb" top: "abs" }
+layer { name: "clip" type: "Clip" bottom: "abs" top: "clip" clip_param { min: 0 max: 0.5 } }
+layer { name: "swish" type: "Swish" bottom: "clip" top: "swish" swish_param { beta: 1.5 } }
+layer { name: "soft" type: "Softmax" bottom: "swish" top: "prob" softmax_param { axis: 2 } }
+'''
+
 TRAIN = '''name: "fuzz_train"
 layer { name: "x" type: "DummyData" top: "x" top: "y" dummy_data_param { shape { dim: 2 dim: 3 } shape { dim: 2 }
   data_filler { type: "gaussian" } data_filler { type: "constant" value: 1 } } }
@@ -70,6 +95,7 @@ display: 1
 max_iter: 20
 snapshot: 10
 snapshot_prefix: "snap"
+random_seed: 1
 type: "SGD"
 iter_size: 1
 average_loss: 1
@@ -98,6 +124,7 @@ def build_seeds(directory):
         open('deploy.prototxt', 'w').write(DEPLOY)
         open('train.prototxt', 'w').write(TRAIN)
         open('solver.prototxt', 'w').write(SOLVER)
+        caffe.set_random_seed(1)  # the same seed files (and so the same inputs) in every campaign
         net = caffe.Net('deploy.prototxt', caffe.TEST)
         net.save('deploy.caffemodel')
         solver = caffe.get_solver('solver.prototxt')
@@ -116,6 +143,7 @@ def build_seeds(directory):
         encoded = caffe_pb2.Datum(encoded=True, label=3, data=png.getvalue())
         return {
             'net_text': DEPLOY.encode(),
+            'net_text_more': DEPLOY_MORE.encode(),
             'solver_text': SOLVER.encode(),
             'net_binary': open('deploy.caffemodel', 'rb').read(),
             'solverstate': open('snap_iter_1.solverstate', 'rb').read(),
@@ -206,6 +234,9 @@ def _read_net_text(path, seeds):
     caffe.Net(path, caffe.TEST)
 
 
+_read_net_text_more = _read_net_text
+
+
 def _read_solver_text(path, seeds):
     import pycaffe_ft as caffe
     caffe.get_solver(path)
@@ -275,7 +306,7 @@ def _selfcheck(path, seeds):
 
 
 SELF_CHECK = {'selfcheck': _selfcheck}  # not a reader: run only by the suite's own test
-TEXT = ('net_text', 'solver_text')
+TEXT = ('net_text', 'net_text_more', 'solver_text')
 
 
 def inputs(reader, seed_bytes, count, seed):

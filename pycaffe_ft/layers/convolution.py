@@ -36,6 +36,8 @@ class BaseConvolutionLayer(Layer):
         if self.num_output <= 0:
             raise self.error('num_output must be positive')
         self.group = p.group
+        if self.group < 1:
+            raise self.error('group must be at least 1, got %d' % self.group)
         if self.channels % self.group:
             raise self.error('number of input channels (%d) must be a multiple of group (%d)'
                              % (self.channels, self.group))

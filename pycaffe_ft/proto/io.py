@@ -49,6 +49,8 @@ def read_bytes(path, what='file', error=PrototxtError):
         raise error('%s: %s not found' % (path, what)) from None
     except (IsADirectoryError, PermissionError) as e:
         raise error('%s: cannot read the %s (%s)' % (path, what, e.strerror)) from None
+    except ValueError:  # a NUL in the name
+        raise error('%r: not a file name (it holds a NUL byte)' % (path,)) from None
 
 
 def _text_error(message, path):
