@@ -623,6 +623,13 @@ class Net:
         from .proto.io import write_binary
         write_binary(path, self.to_proto())
 
+    def to_onnx(self, path=None, opset=None, dynamic_batch=False):
+        """Export this net (build it in the TEST phase; data layers refused: see
+        ``pycaffe-ft export-onnx --input-shape``) to ONNX; returns the ModelProto and writes it to
+        ``path`` if given. Needs the optional onnx package."""
+        from .onnx_export import DEFAULT_OPSET, export_onnx
+        return export_onnx(self, path, opset or DEFAULT_OPSET, dynamic_batch)
+
     def save_hdf5(self, path):
         """Write the weights as a Caffe HDF5 model (needs h5py)."""
         from .hdf5 import save_hdf5

@@ -333,6 +333,28 @@ def cmd_plot_log(args):
     return 0
 
 
+@command('export-onnx', 'export a deploy net (with its weights) to ONNX; --verify runs it in ONNX Runtime')
+def cmd_export_onnx(args):
+    from ..onnx_export import build_for_export, export_onnx, verify
+    net = build_for_export(args.model, args.weights, _parse_shapes(args.input_shape), stages=_stages(args.stage))
+    model = export_onnx(net, args.out, opset=args.opset, dynamic_batch=args.dynamic_batch)
+    print('Wrote %s (opset %d, %d nodes; inputs %s; outputs %s)' % (
+        args.out, args.opset, len(model.graph.node), ', '.join(i.name for i in model.graph.input),
+        ', '.join(o.name for o in model.graph.output)))
+    if args.verify:
+        worst = 0.0
+        for name, (diff, scale) in verify(net, args.out).items():
+            relative = diff / scale if scale else diff
+            worst = max(worst, relative)
+            print('  %s: max |ONNX Runtime - pycaffe-ft| = %.3g (%.3g relative to max |output| %.3g)'
+                  % (name, diff, relative, scale))
+        if worst > 1e-4:
+            print('verification FAILED: outputs differ by more than 1e-4 relative')
+            return 1
+        print('verified: every output within 1e-4 relative')
+    return 0
+
+
 # -- upgrades ------------------------------------------------------------------------------
 @command('upgrade-net', 'write a V0/V1/old-input net definition in the current format')
 def cmd_upgrade_net(args):
@@ -476,6 +498,18 @@ def build_parser():
     p.add_argument('--x', default='NumIters', choices=['NumIters', 'Seconds'])
     p.add_argument('--timeline', help='also draw the recovery timeline of a parallel run here (default for a '
                                       'parallel log: OUT-timeline.png beside --out)')
+    p = sub.add_parser('export-onnx', help=COMMANDS['export-onnx'][1])
+    p.add_argument('--model', required=True, help='the net (.prototxt); data layers become inputs')
+    p.add_argument('--weights', help='.caffemodel (or .h5) with the trained weights')
+    p.add_argument('--out', required=True, help='the .onnx file to write')
+    p.add_argument('--opset', type=_positive_int, default=17, help='ONNX opset (13 or newer; default 17)')
+    p.add_argument('--input-shape', '--input_shape', action='append',
+                   help='NAME=N,C,H,W: shape of an input (or of a data layer top) in the exported graph')
+    p.add_argument('--dynamic-batch', '--dynamic_batch', action='store_true', help='leave the batch axis free (N)')
+    p.add_argument('--stage', default='', help='comma-separated stages')
+    p.add_argument('--verify', action='store_true',
+                   help='run the model in ONNX Runtime and pycaffe-ft on the same random input and print '
+                        'the difference per output')
     p = sub.add_parser('install-caffe-alias', help=COMMANDS['install-caffe-alias'][1])
     p.add_argument('--target', help='directory to put the caffe package in (default: site-packages)')
     p = sub.add_parser('upgrade-net', help=COMMANDS['upgrade-net'][1])
