@@ -5,7 +5,7 @@ Configured by ``inject(specs)`` or the environment variable ``PYCAFFE_FT_INJECT_
 serial; PHASE one of forward, backward, bucket (a gradient bucket in flight during backward),
 node (a bucket in flight to the node leader, two-level reduction), leader (a bucket in flight
 among the node leaders: only a leader dies there), allreduce, snapshot, test, broadcast; default
-forward). ``check(phase, iteration)`` is called at those points and kills the process (never
+forward; ``PHASES`` is the one list). ``check(phase, iteration)`` is called at those points and kills the process (never
 returns) when a spec matches. The kill is real (SIGKILL): this is what fault tolerance must
 survive.
 """
@@ -13,7 +13,7 @@ import os
 import signal
 import time
 
-__all__ = ['inject', 'check', 'PHASES', 'parse_spec', 'warn_unfired']
+__all__ = ['inject', 'check', 'PHASES', 'parse_spec', 'warn_unfired', 'impossible']
 
 PHASES = ('forward', 'backward', 'bucket', 'node', 'leader', 'allreduce', 'snapshot', 'test', 'broadcast')
 _specs = []
@@ -58,6 +58,35 @@ def check(phase, iteration):
                 with open(stamp, 'a') as f:
                     f.write('%d %d %s %.6f\n' % (rank, iteration, phase, time.time()))
             os.kill(os.getpid(), signal.SIGKILL)
+
+
+def impossible(specs, ranks, param, parallel=True, two_level=False):
+    """Why each of ``specs`` can never fire in a run of ``ranks`` ranks with SolverParameter
+    ``param``: a list of (spec text, reason) for the start-up warnings."""
+    out = []
+    for rank, iteration, phase in (parse_spec(s) if isinstance(s, str) else tuple(s) for s in specs):
+        text = '%d:%d:%s' % (rank, iteration, phase)
+        reason = None
+        if rank >= ranks:
+            reason = 'there is no rank %d in a run of %d rank%s' % (rank, ranks, '' if ranks == 1 else 's')
+        elif iteration >= param.max_iter and phase != 'snapshot' and not (phase == 'test' and iteration == param.max_iter):
+            reason = 'training ends at iteration %d' % param.max_iter
+        elif not parallel and phase in ('bucket', 'node', 'leader', 'allreduce', 'broadcast', 'test', 'forward',
+                                        'backward'):
+            reason = 'phase %s is checked only in data-parallel runs' % phase
+        elif phase == 'broadcast' and iteration != 0:
+            reason = 'weights are broadcast only at iteration 0'
+        elif phase in ('node', 'leader') and not two_level:
+            reason = 'phase %s exists only in a two-level reduction (--ranks-per-node, or several nodes)' % phase
+        elif phase == 'test' and (not param.test_interval or iteration % param.test_interval or
+                                  (iteration == 0 and not param.test_initialization) or not len(param.test_iter)):
+            reason = 'no test pass runs at iteration %d (test_interval %d)' % (iteration, param.test_interval)
+        elif phase == 'snapshot' and not (param.snapshot and iteration % param.snapshot == 0 and iteration > 0) and \
+                not (iteration == param.max_iter and param.snapshot_after_train):
+            reason = 'no snapshot is written at iteration %d (snapshot %d)' % (iteration, param.snapshot)
+        if reason:
+            out.append((text, reason))
+    return out
 
 
 def warn_unfired():

@@ -151,3 +151,20 @@ def test_a_scheduled_fault_that_never_fires_is_reported(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert '--inject-fault 0:2:snapshot never fired' in proc.stderr
     assert '--inject-fault 0:40:forward never fired' in proc.stderr
+
+
+def test_fault_entries_that_can_never_fire_are_warned_about_at_start():
+    from pycaffe_ft import faults
+    from pycaffe_ft.proto import caffe_pb2
+    param = caffe_pb2.SolverParameter(max_iter=40, snapshot=10, test_interval=20, test_iter=[2])
+    reasons = dict(faults.impossible(['5:3', '1:7:test', '1:20:test', '0:13:snapshot', '0:40:snapshot', '2:50',
+                                      '1:3:broadcast', '1:0:broadcast', '1:3:node', '1:3:bucket'], 4, param))
+    assert reasons == {
+        '5:3:forward': 'there is no rank 5 in a run of 4 ranks',
+        '1:7:test': 'no test pass runs at iteration 7 (test_interval 20)',
+        '0:13:snapshot': 'no snapshot is written at iteration 13 (snapshot 10)',
+        '2:50:forward': 'training ends at iteration 40',
+        '1:3:broadcast': 'weights are broadcast only at iteration 0',
+        '1:3:node': 'phase node exists only in a two-level reduction (--ranks-per-node, or several nodes)'}
+    serial = dict(faults.impossible(['0:3:forward', '0:10:snapshot'], 1, param, parallel=False))
+    assert serial == {'0:3:forward': 'phase forward is checked only in data-parallel runs'}

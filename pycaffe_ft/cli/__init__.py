@@ -144,6 +144,12 @@ def _positive_int(text):
     return value
 
 
+def _non_negative_int(text):
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError('expected a whole number >= 0, got %r' % text)
+    return int(text)
+
+
 def _threads_flag(parser, scope=''):
     parser.add_argument('--threads', type=_positive_int, default=None,
                         help='threads%s; default: automatic (the free cores, rechecked while training); '
@@ -164,34 +170,29 @@ def _positive_float(text):
 @command('train', 'train a net (like caffe train); --np N for fault-tolerant data parallelism')
 def cmd_train(args):
     from ..errors import CaffeError
-    from ..parallel.launcher import in_mpi_job, launch
-    from .train import train, train_parallel, warm_up
+    from ..parallel.launcher import in_mpi_job
+    from .train import train, train_parallel
+    parallel = args.mpi_worker or in_mpi_job()
     if args.inject_fault:
         from .. import faults
         faults.inject(args.inject_fault)
-    parallel = args.mpi_worker or in_mpi_job()
+        if not parallel:  # said once, by the launcher or the serial run
+            _warn_impossible_faults(args)
     if (args.hostfile or args.host or args.net_if) and (args.np == 1 or parallel):
         raise CaffeError('--hostfile, --host and --net-if place the ranks that --np N (N > 1) starts')
+    if args.resume and args.snapshot:
+        raise CaffeError('give --snapshot FILE or --resume auto, not both')
+    if args.max_restarts and (args.np == 1 or parallel):
+        raise CaffeError('--max-restarts restarts the ranks that --np N (N > 1) starts')
     if args.np > 1 and not parallel:
-        from ..parallel.launcher import Placement
-        from . import progress
-        placement = Placement(args.hostfile, args.host, args.net_if)
-        placement.check(args.np)
-        warm_up(args.solver)
-        argv = normalize_gflags(sys.argv[1:])
-        for flag in ('--np', '--hostfile', '--host', '--net-if', '--net_if'):
-            argv = _strip_flag(argv, flag)
-        argv += ['--mpi-worker']
-        if not progress.wanted():
-            return launch(args.np, argv, ft=args.ft != 'off', placement=placement)
-        with progress.ProgressLine() as line:
-            return launch(args.np, argv, ft=args.ft != 'off', relay=progress.TerminalRelay(line),
-                          placement=placement)
-    common = dict(weights=args.weights, snapshot=args.snapshot, level=args.level, stages=_stages(args.stage),
+        return _launch_ranks(args)
+    snapshot = args.snapshot or (_newest_snapshot(args.solver) if args.resume else None)
+    virtual_workers = _virtual_workers(args, snapshot)
+    common = dict(weights=args.weights, snapshot=snapshot, level=args.level, stages=_stages(args.stage),
                   sigint_effect=args.sigint_effect, sighup_effect=args.sighup_effect)
-    if parallel or (args.virtual_workers or 1) > 1:
+    if parallel or (virtual_workers or 1) > 1:
         solver = train_parallel(args.solver, parallel=parallel, ft=args.ft != 'off',
-                                virtual_workers=args.virtual_workers, min_ranks=args.min_ranks,
+                                virtual_workers=virtual_workers, min_ranks=args.min_ranks,
                                 ledger=args.ledger, overlap=args.overlap == 'on', bucket_mb=args.bucket_mb,
                                 hierarchy=args.hierarchy, ranks_per_node=args.ranks_per_node,
                                 **common)
@@ -203,6 +204,88 @@ def cmd_train(args):
         return 0
     train(args.solver, **common)
     return 0
+
+
+def _warn_impossible_faults(args):
+    from .. import faults
+    from ..log import logger
+    from ..netspec_io import load_solver_param
+    param = load_solver_param(args.solver)
+    ranks = args.np
+    data_parallel = ranks > 1 or (args.virtual_workers or 1) > 1
+    two_level = bool(args.ranks_per_node) and args.hierarchy == 'auto' or bool(args.hostfile or args.host)
+    for spec, reason in faults.impossible(args.inject_fault, ranks, param, data_parallel, two_level):
+        logger.warning('--inject-fault %s can never fire: %s', spec, reason)
+
+
+def _newest_snapshot(solver_path):
+    """--resume auto: the newest complete snapshot of the solver's prefix, or None (fresh start)."""
+    from ..log import logger
+    from ..netspec_io import load_solver_param
+    from ..solvers.snapshot import newest_snapshot
+    prefix = load_solver_param(solver_path).snapshot_prefix
+    path = newest_snapshot(prefix) if prefix else None
+    if path is None:
+        logger.info('--resume auto: no complete snapshot with prefix "%s" yet: starting from the beginning', prefix)
+    else:
+        logger.info('--resume auto: continuing from %s', path)
+    return path
+
+
+def _virtual_workers(args, snapshot):
+    """--virtual-workers, else the V of the data-parallel run that wrote the snapshot (so that
+    a resume with another --np keeps the global batch and the data order)."""
+    from ..errors import CaffeError
+    from ..solvers.snapshot import state_virtual_workers
+    saved = state_virtual_workers(snapshot) if snapshot else 0
+    if saved and args.virtual_workers and args.virtual_workers != saved:
+        raise CaffeError('%s was written by a run with %d virtual workers; --virtual-workers %d would change the '
+                         'global batch and the data order (leave it out to keep %d)'
+                         % (snapshot, saved, args.virtual_workers, saved))
+    return args.virtual_workers or saved or None
+
+
+def _launch_ranks(args):
+    """The --np launcher: start the ranks (restarting the whole job from its newest snapshot
+    up to --max-restarts times if it dies as a whole)."""
+    from ..log import logger
+    from ..parallel.launcher import Placement, launch
+    from . import progress
+    from .train import warm_up
+    placement = Placement(args.hostfile, args.host, args.net_if)
+    placement.check(args.np)
+    warm_up(args.solver)
+    argv = normalize_gflags(sys.argv[1:])
+    for flag in ('--np', '--hostfile', '--host', '--net-if', '--net_if', '--resume', '--max-restarts',
+                 '--max_restarts', '--snapshot'):
+        argv = _strip_flag(argv, flag)
+    snapshot = args.snapshot or (_newest_snapshot(args.solver) if args.resume else None)
+    status = os.path.abspath('.pycaffe-ft-job-%d.status' % os.getpid())  # the ranks share this directory
+    os.environ['PYCAFFE_FT_STATUS_FILE'] = status
+    code = 1
+    for attempt in range(args.max_restarts + 1):
+        if attempt:
+            argv = _strip_flag(argv, '--inject-fault')  # scheduled faults belong to the first attempt
+            argv = _strip_flag(argv, '--inject_fault')
+            snapshot = _newest_snapshot(args.solver) or snapshot
+            logger.warning('the job died as a whole (exit code %d); restart %d of %d from %s', code, attempt,
+                           args.max_restarts, snapshot or 'the beginning (no snapshot yet)')
+        run = argv + (['--snapshot', snapshot] if snapshot else []) + ['--mpi-worker']
+        if progress.wanted():
+            with progress.ProgressLine() as line:
+                code = launch(args.np, run, ft=args.ft != 'off', relay=progress.TerminalRelay(line),
+                              placement=placement)
+        else:
+            code = launch(args.np, run, ft=args.ft != 'off', placement=placement)
+        finished = os.path.exists(status)
+        if finished:
+            os.unlink(status)
+        if code == 0 and finished:
+            return 0
+        if code == 0:  # with ULFM mpiexec reports 0 even when every rank was killed
+            code = 1
+            logger.error('every rank died before the end of training (no rank finished)')
+    return code
 
 
 def _strip_flag(argv, flag):
@@ -379,6 +462,7 @@ def cmd_upgrade_solver(args):
 
 
 def build_parser():
+    from ..faults import PHASES
     parser = argparse.ArgumentParser(prog='pycaffe-ft', description=(
         'Caffe-compatible deep learning with fault-tolerant MPI training. '
         'Flags also accept Caffe\'s gflags spellings (-solver S, --solver=S).'))
@@ -406,6 +490,10 @@ def build_parser():
     p.add_argument('--solver', required=True, help='solver definition (.prototxt)')
     p.add_argument('--weights', help='comma-separated .caffemodel files to start from (finetuning)')
     p.add_argument('--snapshot', help='.solverstate to resume from')
+    p.add_argument('--resume', choices=['auto'], help='auto: continue from the newest complete snapshot of the '
+                                                      'solver\'s snapshot_prefix, or start fresh if there is none')
+    p.add_argument('--max-restarts', '--max_restarts', type=_non_negative_int, default=0,
+                   help='with --np: restart a job that died as a whole up to K times, from its newest snapshot')
     p.add_argument('--level', type=int, default=0)
     p.add_argument('--stage', default='', help='comma-separated stages')
     p.add_argument('--sigint_effect', '--sigint-effect', default='stop', choices=['stop', 'snapshot', 'none'])
@@ -425,9 +513,9 @@ def build_parser():
     p.add_argument('--min-ranks', '--min_ranks', type=_positive_int, default=1,
                    help='give up (with a final snapshot) below this many ranks')
     p.add_argument('--inject-fault', '--inject_fault', action='append', default=[], type=_fault_spec,
-                   help='RANK:ITER[:PHASE]: SIGKILL that rank there (phases: forward, backward, bucket '
-                        '(a gradient bucket in flight), node and leader (a bucket in flight at that level '
-                        'of a two-level reduction), allreduce, snapshot, test, broadcast); repeatable')
+                   help='RANK:ITER[:PHASE]: SIGKILL that rank there; phases: %s (bucket: a gradient bucket in '
+                        'flight; node and leader: a bucket in flight at that level of a two-level reduction); '
+                        'repeatable; entries that can never fire are warned about at start' % ', '.join(PHASES))
     p.add_argument('--hierarchy', default='auto', choices=['auto', 'flat'],
                    help='gradient reduction: auto = two levels (node, then across node leaders) when '
                         'several nodes hold several ranks each, or with --ranks-per-node; flat = one allreduce')

@@ -1,4 +1,6 @@
 """``pycaffe-ft train`` and ``pycaffe-ft test``: Caffe's train/test tools."""
+import json
+import os
 import signal
 
 from ..errors import SolverError
@@ -105,6 +107,11 @@ def train_parallel(solver_path, parallel, ft=True, virtual_workers=None, min_ran
     logger.info('Starting Optimization')
     solver.solve(snapshot)
     solver.summary()
+    status = os.environ.get('PYCAFFE_FT_STATUS_FILE')
+    if status and solver.is_root:  # tells the --np launcher that the job ended on purpose
+        from ..atomic import atomic_write_bytes
+        atomic_write_bytes(status, json.dumps({'iter': solver.iter, 'stopped': bool(solver.requested_early_exit),
+                                               'ranks': solver.comm.size}).encode())
     if solver.requested_early_exit and solver.snapshot_paths:
         logger.info('Stopped on request at iteration %d; resume with: pycaffe-ft train --solver %s --snapshot %s '
                     '--np %d', solver.iter, solver_path, solver.snapshot_paths[-1][-1], comm.size)

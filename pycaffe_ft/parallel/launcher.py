@@ -95,7 +95,7 @@ class Placement:
 
 # what every rank needs from the launcher's environment (exported to other hosts with -x)
 EXPORTED = ('OPENBLAS_NUM_THREADS', 'OMP_NUM_THREADS', 'MKL_NUM_THREADS', 'PYCAFFE_FT_NUM_THREADS',
-            'PYCAFFE_FT_LAUNCHER_SET', 'PYCAFFE_FT_PROGRESS', 'GLOG_minloglevel', 'PYTHONPATH')
+            'PYCAFFE_FT_LAUNCHER_SET', 'PYCAFFE_FT_PROGRESS', 'PYCAFFE_FT_STATUS_FILE', 'GLOG_minloglevel', 'PYTHONPATH')
 
 
 def mpiexec_command(n, argv, ft=True, placement=None, env=None):

@@ -12,7 +12,7 @@ from ..log import logger
 from ..proto import caffe_pb2
 from ..proto.io import array_to_blob, blob_to_array, read_binary, write_binary
 
-__all__ = ['write_snapshot', 'restore_state', 'snapshot_filename']
+__all__ = ['write_snapshot', 'restore_state', 'snapshot_filename', 'newest_snapshot', 'state_virtual_workers']
 
 
 def snapshot_filename(solver, extension):
@@ -78,6 +78,8 @@ def write_snapshot(solver):
                          midway=lambda: faults.check('snapshot', solver.iter))
             state = caffe_pb2.SolverState(iter=solver.iter, learned_net=model,
                                           current_step=solver.current_step)
+            if getattr(solver, 'V', None):  # a data-parallel run: a resume keeps its global batch
+                state.virtual_workers = solver.V
             for array in _history_blobs(solver):
                 array_to_blob(array, state.history.add())
             state_path = snapshot_filename(solver, '.solverstate')
@@ -153,3 +155,51 @@ def restore_state(solver, path):
         array[...] = history[k].reshape(array.shape)
     solver.iter, solver.current_step = iteration, current_step
     logger.info('SGDSolver: restoring history')
+
+
+def _complete(state_path):
+    """True when the state parses and the weights it names exist (an interrupted writer leaves
+    only hidden temp files, but a copy or a full disk may leave less)."""
+    if state_path.endswith('.h5'):
+        return os.path.exists(state_path[:-len('.solverstate.h5')] + '.caffemodel.h5')
+    try:
+        state = read_binary(state_path, caffe_pb2.SolverState())
+    except WeightsError:
+        return False
+    learned = state.learned_net
+    if isinstance(learned, bytes) or not learned:
+        return False
+    try:
+        read_binary(_resolve(learned, state_path), caffe_pb2.NetParameter())
+    except WeightsError:
+        return False
+    return True
+
+
+def newest_snapshot(prefix):
+    """The newest complete ``<prefix>_iter_N.solverstate`` (or ``.solverstate.h5``), or None:
+    what ``--resume auto`` continues from. Incomplete ones are skipped with a warning."""
+    directory, base = os.path.split(prefix)
+    pattern = re.compile(r'^%s_iter_(\d+)\.solverstate(\.h5)?$' % re.escape(base))
+    try:
+        names = os.listdir(directory or '.')
+    except OSError:
+        return None
+    found = sorted(((int(m.group(1)), name) for name in names for m in [pattern.match(name)] if m), reverse=True)
+    for _, name in found:
+        path = os.path.join(directory, name)
+        if _complete(path):
+            return path
+        logger.warning('%s is incomplete or damaged (its weights are missing or unreadable): skipped', path)
+    return None
+
+
+def state_virtual_workers(path):
+    """The virtual workers of the data-parallel run that wrote the state at ``path`` (0 if it
+    does not say: a serial run's, Caffe's, or an HDF5 state)."""
+    if path.endswith('.h5'):
+        return 0
+    try:
+        return read_binary(path, caffe_pb2.SolverState()).virtual_workers
+    except WeightsError as e:
+        raise SolverError(str(e)) from None

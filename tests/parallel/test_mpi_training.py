@@ -287,3 +287,35 @@ def test_a_signal_stops_every_rank_with_a_snapshot(tmp_path, mnist, how):
         % iteration in stopped[0]
     assert os.path.exists(job / ('lenet_iter_%d.solverstate' % iteration))
     assert 'Optimization stopped early.' in log
+
+
+def test_a_job_that_dies_as_a_whole_restarts_from_its_newest_snapshot(tmp_path, mnist):
+    """Every rank killed at iteration 15: with --max-restarts 1 the launcher starts the job
+    again from lenet_iter_10 by itself; the result equals the uninterrupted run. Without
+    restarts the launcher says that no rank finished and exits 1 (mpiexec itself says 0)."""
+    ok = make_job(tmp_path / 'ok', mnist)
+    train(ok, '--np', '2')
+    died = make_job(tmp_path / 'died', mnist)
+    log = train(died, '--np', '2', '--resume', 'auto', '--inject-fault', '0:15', '--inject-fault', '1:15', expect=1)
+    assert 'every rank died before the end of training' in log and not os.path.exists(died / 'lenet_iter_20.caffemodel')
+    ft = make_job(tmp_path / 'ft', mnist)
+    log = train(ft, '--np', '2', '--resume', 'auto', '--max-restarts', '1', '--inject-fault', '0:15',
+                '--inject-fault', '1:15')
+    assert 'no complete snapshot with prefix "lenet" yet' in log
+    assert 'restart 1 of 1 from lenet_iter_10.solverstate' in log
+    assert_same_weights(weights(ok, 20), weights(ft, 20))
+
+
+def test_resume_auto_with_another_np_keeps_the_virtual_workers(tmp_path, mnist):
+    """The job above, killed as a whole, resumed by the same command line with --np 1: the
+    state says V = 2, so one process runs 2 virtual workers and ends where --np 2 would."""
+    ok = make_job(tmp_path / 'ok', mnist)
+    train(ok, '--np', '2')
+    job = make_job(tmp_path / 'job', mnist)
+    train(job, '--np', '2', '--resume', 'auto', '--inject-fault', '0:15', '--inject-fault', '1:15', expect=1)
+    log = train(job, '--resume', 'auto')
+    assert '--resume auto: continuing from lenet_iter_10.solverstate' in log
+    assert '2 virtual workers' in log
+    assert_same_weights(weights(ok, 20), weights(job, 20))
+    log = train(job, '--resume', 'auto', '--virtual-workers', '3', expect=1)
+    assert 'written by a run with 2 virtual workers' in log

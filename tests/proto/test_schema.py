@@ -19,7 +19,7 @@ _TYPES = {
 
 # pycaffe-ft's own fields, documented in proto/caffe.proto: numbered far above Caffe's so that
 # Caffe's files read and write unchanged. Nothing else may differ from Caffe's table.
-PROJECT_FIELDS = {'SolverParameter': {'lars_eta': 10001}}
+PROJECT_FIELDS = {'SolverParameter': {'lars_eta': 10001}, 'SolverState': {'virtual_workers': 10001}}
 FIRST_PROJECT_NUMBER = 10001
 
 
