@@ -144,6 +144,16 @@ def _positive_int(text):
     return value
 
 
+def _non_negative_float(text):
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not (value >= 0 and value != float('inf')):
+        raise argparse.ArgumentTypeError('expected a number of seconds >= 0, got %r' % text)
+    return value
+
+
 def _non_negative_int(text):
     if not text.isdigit():
         raise argparse.ArgumentTypeError('expected a whole number >= 0, got %r' % text)
@@ -262,6 +272,10 @@ def _launch_ranks(args):
     snapshot = args.snapshot or (_newest_snapshot(args.solver) if args.resume else None)
     status = os.path.abspath('.pycaffe-ft-job-%d.status' % os.getpid())  # the ranks share this directory
     os.environ['PYCAFFE_FT_STATUS_FILE'] = status
+    if args.hang_timeout and args.ft != 'off':  # ULFM's heartbeat detector: a hung rank counts as failed
+        os.environ.update(OMPI_MCA_mpi_ft_detector='true', OMPI_MCA_mpi_ft_detector_thread='true',
+                          OMPI_MCA_mpi_ft_detector_timeout=repr(args.hang_timeout),
+                          OMPI_MCA_mpi_ft_detector_period=repr(args.hang_timeout / 4.0))
     code = 1
     for attempt in range(args.max_restarts + 1):
         if attempt:
@@ -271,12 +285,12 @@ def _launch_ranks(args):
             logger.warning('the job died as a whole (exit code %d); restart %d of %d from %s', code, attempt,
                            args.max_restarts, snapshot or 'the beginning (no snapshot yet)')
         run = argv + (['--snapshot', snapshot] if snapshot else []) + ['--mpi-worker']
+        options = dict(ft=args.ft != 'off', placement=placement, finished=lambda: os.path.exists(status))
         if progress.wanted():
             with progress.ProgressLine() as line:
-                code = launch(args.np, run, ft=args.ft != 'off', relay=progress.TerminalRelay(line),
-                              placement=placement)
+                code = launch(args.np, run, relay=progress.TerminalRelay(line), **options)
         else:
-            code = launch(args.np, run, ft=args.ft != 'off', placement=placement)
+            code = launch(args.np, run, **options)
         finished = os.path.exists(status)
         if finished:
             os.unlink(status)
@@ -492,6 +506,10 @@ def build_parser():
     p.add_argument('--snapshot', help='.solverstate to resume from')
     p.add_argument('--resume', choices=['auto'], help='auto: continue from the newest complete snapshot of the '
                                                       'solver\'s snapshot_prefix, or start fresh if there is none')
+    p.add_argument('--hang-timeout', '--hang_timeout', type=_non_negative_float, default=10.0,
+                   help='with --np: a rank silent this many seconds (stopped, frozen, its host gone) is treated as '
+                        'failed and excluded (Open MPI\'s heartbeat detector, on its own thread: long compiles, '
+                        'tests and snapshots do not count); 0 turns it off; default 10')
     p.add_argument('--max-restarts', '--max_restarts', type=_non_negative_int, default=0,
                    help='with --np: restart a job that died as a whole up to K times, from its newest snapshot')
     p.add_argument('--level', type=int, default=0)

@@ -6,6 +6,8 @@ COMM_WORLD with MPI.ERRORS_RETURN; process failures raise :class:`ProcessFailure
 communicator is created.
 """
 import os
+import signal
+import socket
 import time
 
 import numpy as np
@@ -150,6 +152,16 @@ def ulfm_enabled_by_launcher():
     return os.environ.get('OMPI_MCA_mpi_ft_enable', '0') not in ('0', 'false', '')
 
 
+def _start_time(pid):
+    """The start time of process ``pid`` (clock ticks since boot; Linux), to tell a pid that was
+    reused from the process that had it; None where unknown."""
+    try:
+        with open('/proc/%d/stat' % pid) as f:
+            return int(f.read().rsplit(')', 1)[1].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 class ULFMComm(MPIComm):
     """ULFM: collectives raise ProcessFailure; ``recover()`` = Revoke, Shrink, Agree."""
 
@@ -168,6 +180,8 @@ class ULFMComm(MPIComm):
         self.comm.Set_errhandler(MPI.ERRORS_RETURN)
         self.world_rank = MPI.COMM_WORLD.Get_rank()
         self._call(self._refresh)
+        # who is who, to end a rank excluded as hung (see recover): host, pid, start time
+        self.processes = self._call(self.comm.allgather, (socket.gethostname(), os.getpid(), _start_time(os.getpid())))
 
     def _call(self, fn, *args):
         """Any MPI error in a collective is handled as a possible process failure: a peer that
@@ -247,7 +261,24 @@ class ULFMComm(MPIComm):
             except self.MPI.Exception:
                 continue
         dead = sorted(set(before) - set(self.members))
+        self._end_excluded(dead)
         return dead, time.perf_counter() - t0
+
+    def _end_excluded(self, dead):
+        """SIGKILL the excluded ranks that still exist on this host: one the heartbeat detector
+        excluded as hung (stopped, frozen) must never wake up and talk to the survivors (Open
+        MPI aborts it, but its last messages can crash them). A rank of another host is left
+        to its own abort (and the launcher's cleanup)."""
+        host = socket.gethostname()
+        for rank in dead:
+            if rank >= len(self.processes):
+                continue
+            where, pid, started = self.processes[rank]
+            if where == host and pid != os.getpid() and started is not None and _start_time(pid) == started:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
 
 
 def make_comm(parallel, ft=True):

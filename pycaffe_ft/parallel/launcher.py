@@ -127,11 +127,49 @@ def _die_with_parent():
         pass
 
 
+def _wait(proc, finished, grace):
+    """mpiexec's exit code; after ``finished()`` turned true and ``grace`` seconds, the
+    processes left in mpiexec's session are killed (and 0 is returned: the job had ended)."""
+    import time
+    if finished is None:
+        return proc.wait()
+    done_at = None
+    while True:
+        try:
+            return proc.wait(timeout=0.5)
+        except subprocess.TimeoutExpired:
+            pass
+        if done_at is None and finished():
+            done_at = time.monotonic()
+        if done_at is not None and time.monotonic() - done_at > grace:
+            _kill_session(proc.pid)
+            proc.wait()
+            return 0
+
+
+def _kill_session(sid):
+    """SIGKILL every process of session ``sid`` (mpiexec's own, started with a new session):
+    stopped ranks included, which a SIGTERM would not reach."""
+    import glob
+    for stat in glob.glob('/proc/[0-9]*/stat'):
+        try:
+            with open(stat) as f:
+                fields = f.read().rsplit(')', 1)[1].split()
+            if int(fields[3]) == sid:  # after ")": state, ppid, pgrp, session
+                os.kill(int(stat.split('/')[2]), signal.SIGKILL)
+        except (OSError, ValueError, IndexError):
+            continue
+    try:
+        os.kill(sid, signal.SIGKILL)
+    except OSError:
+        pass
+
+
 # what the launcher relays to mpiexec, which forwards SIGUSR1/SIGUSR2 to every rank
 RELAYED = {signal.SIGINT: signal.SIGUSR1, signal.SIGTERM: signal.SIGUSR1, signal.SIGHUP: signal.SIGUSR2}
 
 
-def launch(n, argv, ft=True, relay=None, placement=None):
+def launch(n, argv, ft=True, relay=None, placement=None, finished=None, grace=15.0):
     """Run the ranks; returns mpiexec's exit code. Each rank's BLAS runs one thread per call;
     the ranks' own thread count is the user's (``--threads``, the usual variables) or automatic
     (the cores divided among the ranks of a node, see :mod:`pycaffe_ft.intra_op`).
@@ -140,6 +178,10 @@ def launch(n, argv, ft=True, relay=None, placement=None):
     (mpiexec would kill the ranks on SIGINT). SIGINT and SIGTERM are relayed as SIGUSR1 (the
     ranks apply --sigint_effect at the next iteration they agree on), SIGHUP as SIGUSR2
     (--sighup_effect); a second SIGINT or SIGTERM ends the job at once.
+
+    ``finished()`` (optional) says that the job's root has ended training: from then on mpiexec
+    gets ``grace`` seconds to end, then whatever is left of the job (a rank that was stopped
+    and excluded as hung never exits by itself) is killed, so the launcher always returns.
 
     ``relay`` (optional) takes the ranks' output: its ``environment(env)`` adjusts the ranks'
     environment and ``pump(pipe, stream)`` copies one of mpiexec's pipes to our stream (called
@@ -171,7 +213,7 @@ def launch(n, argv, ft=True, relay=None, placement=None):
         proc.send_signal(RELAYED[signum])
     previous = {sig: signal.signal(sig, relay) for sig in RELAYED}
     try:
-        code = proc.wait()
+        code = _wait(proc, finished, grace)
         for pump in pumps:
             pump.join(timeout=10)  # EOF once every rank has exited
         return code

@@ -319,3 +319,46 @@ def test_resume_auto_with_another_np_keeps_the_virtual_workers(tmp_path, mnist):
     assert_same_weights(weights(ok, 20), weights(job, 20))
     log = train(job, '--resume', 'auto', '--virtual-workers', '3', expect=1)
     assert 'written by a run with 2 virtual workers' in log
+
+
+def _rank_pids(job):
+    """pids of this job's ranks (processes with --mpi-worker whose working directory is ``job``)."""
+    pids = []
+    for entry in os.listdir('/proc'):
+        if not entry.isdigit():
+            continue
+        try:
+            with open('/proc/%s/cmdline' % entry, 'rb') as f:
+                cmdline = f.read()
+            if b'--mpi-worker' in cmdline and b'prterun' not in cmdline and b'mpiexec' not in cmdline \
+                    and os.readlink('/proc/%s/cwd' % entry) == str(job):
+                pids.append(int(entry))
+        except OSError:
+            continue
+    return sorted(pids)
+
+
+@pytest.mark.skipif(not os.path.isdir('/proc'), reason='finds the ranks through /proc (Linux)')
+def test_a_stopped_rank_is_excluded_and_the_job_finishes(tmp_path, mnist):
+    """SIGSTOP one of 3 ranks mid-run: ULFM's heartbeat detector (--hang-timeout 6) declares it
+    failed, the survivors shrink, end it for good and finish with the failure-free weights;
+    the launcher returns (the stopped process would otherwise keep mpiexec waiting)."""
+    import signal
+    import time
+    ok = make_job(tmp_path / 'ok', mnist, max_iter=60, snapshot=30)
+    train(ok, '--np', '3')
+    job = make_job(tmp_path / 'job', mnist, max_iter=60, snapshot=30)
+    cmd = [sys.executable, '-m', 'pycaffe_ft.cli', 'train', '--solver', 'solver.prototxt', '--np', '3',
+           '--hang-timeout', '6']
+    stopped = []
+
+    def stop_one(proc):
+        pids = _rank_pids(job)
+        assert len(pids) == 3, pids
+        os.kill(pids[1], signal.SIGSTOP)
+        stopped.append((pids[1], time.monotonic()))
+    code, log = _train_until_signalled(job, cmd, stop_one)
+    assert code == 0, log[-3000:]
+    assert log.count('Recovered from the failure of ranks') >= 1 and '2 ranks alive of 3' in log
+    assert not os.path.exists('/proc/%d' % stopped[0][0])  # ended, never woken
+    assert_same_weights(weights(ok, 60), weights(job, 60))
