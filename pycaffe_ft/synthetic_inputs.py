@@ -31,6 +31,8 @@ def data_top_shapes(lp, overrides=None):
     tops = list(lp.top)
     if all(t in overrides for t in tops):
         return [tuple(overrides[t]) for t in tops]
+    if len(tops) == 2 and tops[0] in overrides and lp.type != 'HDF5Data':  # data and one label per item
+        return [tuple(overrides[tops[0]]), tuple(overrides.get(tops[1], overrides[tops[0]][:1]))]
     tp = lp.transform_param
     channels_from_transform = 1 if tp.force_gray else (3 if tp.force_color else None)
     if lp.type == 'MemoryData':

@@ -164,3 +164,25 @@ def test_trained_lenet_keeps_its_mnist_accuracy_in_onnx_runtime(tmp_path):
     ours = np.concatenate(ours)
     onnx_accuracy, our_accuracy = (onnx_pred == labels).mean(), (ours == labels).mean()
     assert onnx_accuracy == our_accuracy and our_accuracy > 0.97
+
+
+@pytest.mark.parametrize('net_text, flags, inputs', [
+    ('layer { name: "x" type: "DummyData" top: "x" dummy_data_param { shape { dim: 2 dim: 3 } '
+     'data_filler { type: "gaussian" } } }\n', [], ['x']),
+    ('layer { name: "mnist" type: "Data" top: "data" top: "label" include { phase: TEST } transform_param { scale: 0.1 } '
+     'data_param { source: "no/such_lmdb" batch_size: 100 backend: LMDB } }\n',
+     ['--input-shape', 'data=1,1,28,28', '--dynamic-batch'], ['data', 'label']),
+])
+def test_dummy_data_and_data_layers_become_graph_inputs(tmp_path, net_text, flags, inputs):
+    bottom = inputs[0]
+    (tmp_path / 'n.prototxt').write_text(
+        net_text + 'layer { name: "ip" type: "InnerProduct" bottom: "%s" top: "ip" inner_product_param { num_output: 3 '
+        'weight_filler { type: "xavier" } } }\nlayer { name: "prob" type: "Softmax" bottom: "ip" top: "prob" }\n' % bottom)
+    out = tmp_path / 'n.onnx'
+    proc = subprocess.run([sys.executable, '-m', 'pycaffe_ft.cli', 'export-onnx', '--model', str(tmp_path / 'n.prototxt'),
+                           '--out', str(out), '--verify'] + flags, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and 'verified' in proc.stdout, proc.stdout + proc.stderr
+    model = onnx.load(str(out))
+    assert [i.name for i in model.graph.input] == inputs and 'prob' in [o.name for o in model.graph.output]
+    if '--dynamic-batch' in flags:
+        assert model.graph.input[0].type.tensor_type.shape.dim[0].dim_param == 'N'
