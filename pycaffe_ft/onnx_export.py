@@ -419,51 +419,47 @@ class _Exporter:
                            name=name, epsilon=float(layer.eps))
 
     def _foldable_scale(self, i):
-        """The index of a one-bottom, per-channel Scale layer right after BatchNorm i that is the
-        only reader of its output, or None (then the Scale is exported on its own)."""
-        net = self.net
-        j = i + 1
+        """The index of the one-bottom, per-channel Scale layer right after BatchNorm i when
+        nothing else reads the BatchNorm output (in place, or its only reader), else None (the
+        Scale is then exported on its own)."""
+        net, j = self.net, i + 1
         if j >= len(net.layers) or net.layers[j].type != 'Scale' or len(net.bottom_ids[j]) != 1:
             return None
         bn_top = net.top_ids[i][0]
-        p = net.layers[j].layer_param.scale_param
         shape = self.shape(bn_top)
-        if net.bottom_ids[j][0] != bn_top or self.readers.get(bn_top, 0) != 1 and net.top_ids[j][0] != bn_top:
+        in_place = net.top_ids[j][0] == bn_top
+        if net.bottom_ids[j][0] != bn_top or not (in_place or self.readers.get(bn_top, 0) == 1):
             return None
-        if net.layers[j].blobs[0].data.size != shape[1] or p.axis not in (1, 1 - len(shape)):
-            return None
-        if net.top_ids[j][0] != bn_top and self.readers.get(bn_top, 0) != 1:
+        p = net.layers[j].layer_param.scale_param
+        if len(shape) < 2 or net.layers[j].blobs[0].data.size != shape[1] or p.axis % len(shape) != 1:
             return None
         return j
 
-    def op_Scale(self, i, layer, lp, x, name):
-        p = lp.scale_param
-        in_shape = self.shape(self.net.bottom_ids[i][0])
-        axis = p.axis % len(in_shape) if in_shape else 0
+    def _operand(self, i, x, blob, axis, name):
+        """Scale's and Bias's second factor laid out along ``axis`` of bottom 0: bottom 1 when
+        there is one (reshaped with trailing 1s), else the param ``blob``."""
+        ndim = len(self.shape(self.net.bottom_ids[i][0]))
         if len(x) == 2:
-            s_shape = self.shape(self.net.bottom_ids[i][1])
-            scale = self.reshape(x[1], s_shape + [1] * (len(in_shape) - axis - len(s_shape)), name + '_scale_shape') \
-                if len(in_shape) - axis - len(s_shape) else x[1]
-            bias_blob = layer.blobs[0] if layer.blobs else None
-        else:
-            scale = self.broadcast_param(layer.blobs[0].data, len(in_shape), axis, name + '_scale')
-            bias_blob = layer.blobs[1] if len(layer.blobs) > 1 else None
+            shape = self.shape(self.net.bottom_ids[i][1])
+            trailing = ndim - axis - len(shape)
+            return self.reshape(x[1], shape + [1] * trailing, name + '_shape') if trailing else x[1]
+        return self.broadcast_param(blob.data, ndim, axis, name)
+
+    def op_Scale(self, i, layer, lp, x, name):
+        ndim = len(self.shape(self.net.bottom_ids[i][0]))
+        axis = lp.scale_param.axis % ndim if ndim else 0
+        params = list(layer.blobs)
+        scale = self._operand(i, x, params.pop(0) if len(x) == 1 else None, axis, name + '_scale')
         y = self.g.node('Mul', [x[0], scale], name=name)
-        if bias_blob is not None:
-            y = self.g.node('Add', [y, self.broadcast_param(bias_blob.data, len(in_shape), axis, name + '_bias')],
+        if params:  # the bias
+            y = self.g.node('Add', [y, self.broadcast_param(params[0].data, ndim, axis, name + '_bias')],
                             name=name + '_bias')
         return y
 
     def op_Bias(self, i, layer, lp, x, name):
-        p = lp.bias_param
-        in_shape = self.shape(self.net.bottom_ids[i][0])
-        axis = p.axis % len(in_shape) if in_shape else 0
-        if len(x) == 2:
-            b_shape = self.shape(self.net.bottom_ids[i][1])
-            bias = self.reshape(x[1], b_shape + [1] * (len(in_shape) - axis - len(b_shape)), name + '_bias_shape') \
-                if len(in_shape) - axis - len(b_shape) else x[1]
-        else:
-            bias = self.broadcast_param(layer.blobs[0].data, len(in_shape), axis, name + '_bias')
+        ndim = len(self.shape(self.net.bottom_ids[i][0]))
+        axis = lp.bias_param.axis % ndim if ndim else 0
+        bias = self._operand(i, x, layer.blobs[0] if len(x) == 1 else None, axis, name + '_bias')
         return self.g.node('Add', [x[0], bias], name=name)
 
     def op_Eltwise(self, i, layer, lp, x, name):

@@ -94,10 +94,16 @@ def test_the_fuzz_nets_cover_the_other_layers_and_batchnorm_folding():
     """The two nets the fuzz suite starts from hold most layer types (BatchNorm + Scale,
     LRN, Slice, Eltwise with coefficients, Concat, Reshape, Deconvolution, Crop, PReLU, SPP,
     MVN, Power, ELU, Exp, Log, Threshold, Tile, Reduction, Flatten, Bias, ArgMax, Embed, AbsVal,
-    Clip, Swish)."""
+    Clip, Swish), and Scale/Bias with a second bottom or several axes."""
     sys.path.insert(0, os.path.join(ROOT, 'tools'))
     fuzz = importlib.import_module('fuzz_readers')
-    for text in (fuzz.DEPLOY, fuzz.DEPLOY_MORE):
+    two_bottoms = ('layer { name: "in" type: "Input" top: "x" top: "s" top: "b" input_param { shape { dim: 2 dim: 3 '
+                   'dim: 4 dim: 4 } shape { dim: 2 dim: 3 } shape { dim: 3 dim: 4 } } }\n'
+                   'layer { name: "scale" type: "Scale" bottom: "x" bottom: "s" top: "y" scale_param { axis: 0 '
+                   'bias_term: true } }\nlayer { name: "bias" type: "Bias" bottom: "y" bottom: "b" top: "z" bias_param '
+                   '{ axis: 1 } }\nlayer { name: "scale2" type: "Scale" bottom: "z" top: "w" scale_param { axis: 1 '
+                   'num_axes: 2 bias_term: true } }\n')
+    for text in (fuzz.DEPLOY, fuzz.DEPLOY_MORE, two_bottoms):
         text = '\n'.join(line for line in text.splitlines() if '"Im2col"' not in line)  # refused, below
         net = caffe.Net(text, caffe.TEST)
         for layer in net.layers:  # non-trivial statistics and scales
