@@ -30,6 +30,7 @@ CONFIGS = [  # label, ranks (global batch multiple), flags, environment
     ('1 rank, 2 threads', 1, ['--np', '1'], {'PYCAFFE_FT_NUM_THREADS': '2'}),
     ('2 ranks, overlap', 2, ['--np', '2'], ONE),
     ('2 ranks, blocking', 2, ['--np', '2', '--overlap', 'off'], ONE),
+    ('2 ranks, deterministic', 2, ['--np', '2', '--deterministic'], ONE),
     ('4 ranks (oversubscribed), overlap', 4, ['--np', '4'], ONE),
     ('4 ranks (oversubscribed), blocking', 4, ['--np', '4', '--overlap', 'off'], ONE),
     ('4 ranks (oversubscribed), two levels K=2', 4, ['--np', '4', '--ranks-per-node', '2'], ONE),

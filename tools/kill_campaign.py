@@ -4,7 +4,8 @@ failure-free run.
 Each schedule kills 1 to N-1 ranks (any rank, the root included) at random iterations and
 phases (forward, backward, allreduce, test, snapshot write, the weight broadcast), or kills
 every rank at once and lets the launcher restart the job from its newest snapshot
-(``--resume auto --max-restarts 1``). A run *finishes* when ``pycaffe-ft train`` exits 0 and the
+(``--resume auto --max-restarts 1``); ``--deterministic`` trains every run in that mode (where
+the deviation must be 0). A run *finishes* when ``pycaffe-ft train`` exits 0 and the
 final snapshot is there. Prints a table: schedules, finished, the largest weight deviation from
 the failure-free run (relative to max|w|), ledgers equal, recovery time (median, worst).
 
@@ -110,11 +111,12 @@ def ledger(job):
     return entries
 
 
-def campaign(runs, ranks, seed, iterations, log=print):
+def campaign(runs, ranks, seed, iterations, log=print, deterministic=False):
     work = tempfile.mkdtemp(prefix='kill-campaign-')
     mnist = prepare_mnist(os.path.join(work, 'mnist'))
     ok = make_job(os.path.join(work, 'ok'), mnist, iterations)
-    code, err = run(ok, ranks, [])
+    mode = ['--deterministic'] if deterministic else []
+    code, err = run(ok, ranks, mode)
     if code != 0:
         raise RuntimeError('the failure-free run failed:\n' + err[-3000:])
     reference, reference_ledger = weights(ok, iterations), ledger(ok)
@@ -124,7 +126,7 @@ def campaign(runs, ranks, seed, iterations, log=print):
     for k in range(runs):
         what, flags = schedule(rng, ranks, iterations)
         job = make_job(os.path.join(work, 'run%d' % k), mnist, iterations)
-        code, err = run(job, ranks, flags)
+        code, err = run(job, ranks, flags + mode)
         final = os.path.exists(os.path.join(job, 'lenet_iter_%d.solverstate' % iterations))
         finished = code == 0 and final
         deviation = max(float(np.abs(weights(job, iterations)[key] - w).max()) for key, w in reference.items()) \
@@ -140,14 +142,14 @@ def campaign(runs, ranks, seed, iterations, log=print):
     return rows
 
 
-def table(rows, ranks):
+def table(rows, ranks, deterministic=False):
     finished = [r for r in rows if r['finished']]
     recoveries = [r['recovery_s'] for r in finished if r['recovery_s'] > 0]
     return '\n'.join([
-        '| ranks | schedules | finished | max weight deviation / max\\|w\\| | ledgers equal | recovery median / worst |',
-        '|---|---|---|---|---|---|',
-        '| %d | %d | %d | %.2e | %d of %d | %.3f s / %.3f s |' % (
-            ranks, len(rows), len(finished), max([r['deviation'] for r in finished] or [float('nan')]),
+        '| mode | ranks | schedules | finished | max weight deviation / max\\|w\\| | ledgers equal | recovery median / worst |',
+        '|---|---|---|---|---|---|---|',
+        '| %s | %d | %d | %d | %.2e | %d of %d | %.3f s / %.3f s |' % (
+            'deterministic' if deterministic else 'default', ranks, len(rows), len(finished), max([r['deviation'] for r in finished] or [float('nan')]),
             sum(r['ledger_equal'] for r in finished), len(finished),
             statistics.median(recoveries) if recoveries else 0.0, max(recoveries or [0.0]))])
 
@@ -158,10 +160,12 @@ def main(argv=None):
     ap.add_argument('--np', type=int, default=4)
     ap.add_argument('--seed', type=int, default=0)
     ap.add_argument('--iterations', type=int, default=30)
+    ap.add_argument('--deterministic', action='store_true', help='train with --deterministic (expect 0 deviation)')
     args = ap.parse_args(argv)
-    rows = campaign(args.runs, args.np, args.seed, args.iterations)
-    print(table(rows, args.np))
-    bad = [r for r in rows if not r['finished'] or r['deviation'] > 1e-5 or not r['ledger_equal']]
+    rows = campaign(args.runs, args.np, args.seed, args.iterations, deterministic=args.deterministic)
+    print(table(rows, args.np, args.deterministic))
+    limit = 0.0 if args.deterministic else 1e-5
+    bad = [r for r in rows if not r['finished'] or r['deviation'] > limit or not r['ledger_equal']]
     return 1 if bad else 0
 
 

@@ -205,7 +205,7 @@ def cmd_train(args):
                                 virtual_workers=virtual_workers, min_ranks=args.min_ranks,
                                 ledger=args.ledger, overlap=args.overlap == 'on', bucket_mb=args.bucket_mb,
                                 hierarchy=args.hierarchy, ranks_per_node=args.ranks_per_node,
-                                **common)
+                                deterministic=args.deterministic, **common)
         if parallel and solver.failures:
             # Open MPI may hang in MPI_Finalize after failures: end this rank deterministically.
             sys.stdout.flush()
@@ -545,6 +545,11 @@ def build_parser():
     p.add_argument('--bucket-mb', '--bucket_mb', type=_positive_float, default=None,
                    help='gradient bucket size in MB (whole parameter blobs per bucket; default 1, or a '
                         'quarter of the gradients when that is smaller)')
+    p.add_argument('--deterministic', action='store_true',
+                   help='data-parallel: the final weights are bitwise the same whatever ranks fail and whatever '
+                        '--np (equal to --np 1 --virtual-workers V): each virtual worker\'s gradient is reduced '
+                        'in a slot of its own and the slots are summed in worker order (V times the reduction '
+                        'payload; no overlap)')
     p.add_argument('--ledger', help='append the record indices each iteration consumed to this file (JSON lines)')
     p.add_argument('--mpi-worker', action='store_true', help=argparse.SUPPRESS)
     p = sub.add_parser('test', help=COMMANDS['test'][1])

@@ -80,7 +80,7 @@ def warm_up(solver_path):
 
 
 def train_parallel(solver_path, parallel, ft=True, virtual_workers=None, min_ranks=1, ledger=None,
-                   overlap=False, bucket_mb=None, hierarchy='auto', ranks_per_node=None, weights=None,
+                   overlap=False, bucket_mb=None, hierarchy='auto', ranks_per_node=None, deterministic=False, weights=None,
                    snapshot=None, level=0, stages=(), sigint_effect='stop', sighup_effect='snapshot'):
     """Data-parallel training over MPI ranks (parallel=True) or V virtual workers in this
     process (parallel=False: no MPI is imported)."""
@@ -97,7 +97,8 @@ def train_parallel(solver_path, parallel, ft=True, virtual_workers=None, min_ran
     param.train_state.stage.extend(stages)
     solver = DataParallelSolver(param, comm, virtual_workers=virtual_workers, min_ranks=min_ranks, ledger=ledger,
                                 overlap=overlap, bucket_mb=bucket_mb, hierarchy=hierarchy,
-                                ranks_per_node=ranks_per_node, weights=weights, source=solver_path)
+                                ranks_per_node=ranks_per_node, deterministic=deterministic, weights=weights,
+                                source=solver_path)
     logger.info('Data-parallel training: %d ranks, %d virtual workers (fault tolerance %s)',
                 comm.size, solver.V, 'on' if parallel and ft else 'off')
     install_signal_handlers(solver, sigint_effect, sighup_effect, parallel=True)

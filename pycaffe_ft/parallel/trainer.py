@@ -37,7 +37,7 @@ class DataParallelSolver(Solver):
     as Caffe divides by iter_size."""
 
     def __init__(self, param, comm, virtual_workers=None, min_ranks=1, ledger=None, overlap=False,
-                 bucket_mb=None, hierarchy='auto', ranks_per_node=None, **kwargs):
+                 bucket_mb=None, hierarchy='auto', ranks_per_node=None, deterministic=False, **kwargs):
         self.comm = comm
         super().__init__(param, **kwargs)
         self.V = virtual_workers or comm.size
@@ -54,9 +54,13 @@ class DataParallelSolver(Solver):
         self._setup_data_layers()
         self._setup_batchnorm()
         self._broadcast_weights()
-        self.overlap = overlap
+        self.deterministic = deterministic
+        self.overlap = overlap and not deterministic
         per_bucket = bucket_elements(self.net.param_diff.size, bucket_mb)
         self.buckets = plan_buckets(self.net, per_bucket)
+        if deterministic:  # every worker's gradient in a slot of its own, the slots summed in worker order
+            size = self.net.param_diff.size
+            self.buckets = [(v * size + lo, v * size + hi, ready) for v in range(self.V) for lo, hi, ready in self.buckets]
         self._reduction = None
         self.net._hooks['after_backward'].append(self._layer_done)
         self.comm_wait_s, self.comm_exposed_s, self.reductions = 0.0, 0.0, 0
@@ -69,7 +73,8 @@ class DataParallelSolver(Solver):
         self._levels, self._levels_stale = None, True
         self._collective(self._build_levels, 'levels')
         logger.info('Gradient reduction: %d float32 buckets of >= %.3g MB%s', len(self.buckets), per_bucket * 4 / 2 ** 20,
-                    ', overlapped with backward' if overlap else ', after backward (no overlap)')
+                    ', deterministic (one slot per virtual worker, summed in worker order)' if deterministic else
+                    ', overlapped with backward' if self.overlap else ', after backward (no overlap)')
 
     # -- setup -------------------------------------------------------------------------------
     @property
@@ -190,7 +195,7 @@ class DataParallelSolver(Solver):
     def forward_backward(self):
         """Hosted workers' gradients -> allreduce -> agree; leaves mean gradient in param_diff."""
         isz = self.param.iter_size
-        self._local = np.zeros(self.net.param_diff.size, np.float32)
+        self._local = np.zeros(self.net.param_diff.size * (self.V if self.deterministic else 1), np.float32)
         self._local_loss = 0.0
         self._contributions = []
         self._first_attempt = None
@@ -200,6 +205,8 @@ class DataParallelSolver(Solver):
         # exposed communication: from the last rank's end of backward to the agreed result
         self.comm_exposed_s += max(0.0, time.time() - extras[self._extras_split(3):].max())
         self.reductions += 1
+        if self.deterministic:
+            result = self._in_worker_order(result)
         np.multiply(result, np.float32(1.0 / self.V), out=self.net.param_diff)
         self._apply_batchnorm(extras[:self._extras_split(0)])
         self._check_ledger(extras[self._extras_split(0):self._extras_split(1)])
@@ -226,8 +233,22 @@ class DataParallelSolver(Solver):
                 self._first_attempt.post_all()  # buckets no layer marked done (none expected)
             else:
                 self._local_loss += self._run_worker(v, self._contributions, then=then)
-                self._local += self.net.param_diff
+                if self.deterministic:
+                    size = self.net.param_diff.size
+                    self._local[v * size:(v + 1) * size] = self.net.param_diff
+                else:
+                    self._local += self.net.param_diff
         self._backward_end = time.time()
+
+    def _in_worker_order(self, slots):
+        """--deterministic: the reduced slots hold each worker's gradient exactly (one rank wrote
+        each, the others added zeros); their sum in worker order does not depend on which rank
+        computed what, so any failure schedule, and --np 1 --virtual-workers V, give the same bits."""
+        size = self.net.param_diff.size
+        total = slots[:size].copy()
+        for v in range(1, self.V):
+            total += slots[v * size:(v + 1) * size]
+        return total
 
     def _build_levels(self):
         """(Re)build the two reduction levels from the current communicator, or decide on a

@@ -362,3 +362,21 @@ def test_a_stopped_rank_is_excluded_and_the_job_finishes(tmp_path, mnist):
     assert log.count('Recovered from the failure of ranks') >= 1 and '2 ranks alive of 3' in log
     assert not os.path.exists('/proc/%d' % stopped[0][0])  # ended, never woken
     assert_same_weights(weights(ok, 60), weights(job, 60))
+
+
+def test_deterministic_mode_is_bitwise_equal_whatever_fails_and_whatever_np(tmp_path, mnist):
+    """--deterministic: --np 1 --virtual-workers 4, --np 4, --np 2, and --np 4 losing three
+    ranks (the root among them) end with byte-identical weights and the same ledger."""
+    runs = {}
+    for name, flags in (('serial', ['--virtual-workers', '4']), ('np4', ['--np', '4']),
+                        ('np2', ['--np', '2', '--virtual-workers', '4']),
+                        ('kills', ['--np', '4', '--inject-fault', '1:3', '--inject-fault', '0:8:allreduce',
+                                   '--inject-fault', '3:14:backward'])):
+        job = make_job(tmp_path / name, mnist)
+        log = train(job, '--deterministic', *flags)
+        assert 'deterministic (one slot per virtual worker' in log
+        runs[name] = (weights(job, 20), sorted(map(json.dumps, ledger(job))))
+    base_weights, base_ledger = runs['serial']
+    for name, (w, led) in runs.items():
+        assert all(np.array_equal(w[k], base_weights[k]) for k in base_weights), name
+        assert led == base_ledger, name
