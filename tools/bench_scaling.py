@@ -66,7 +66,7 @@ def main():
                     (bench_parallel.iteration_ms(log),) + exposed_ms(log))
                 print('round %d %-14s %-42s %7.1f ms/iter' % (r + 1, name, label, raw[name][label][-1][0]), flush=True)
     for name, rows in raw.items():
-        base = statistics.median(r[0] for r in rows['1 rank, 1 thread'])
+        base = statistics.median(r[0] for r in rows['1 rank, 1 thread']) if '1 rank, 1 thread' in rows else None
         print('\n### %s (batch %d per rank), median of %d interleaved rounds\n' % (name, BATCH[name], args.rounds))
         print('| configuration | ms/iter | images/s | speedup vs 1 rank 1 thread | exposed communication, '
               'ms/iter | waited after backward (incl. imbalance), ms/iter |')
@@ -74,8 +74,8 @@ def main():
         for label, ranks, _, _ in configs:
             ms, exposed, wait = (statistics.median(r[k] for r in rows[label]) for k in range(3))
             speed = ranks * BATCH[name] / ms * 1e3
-            print('| %s | %.1f | %.0f | %.2fx | %s | %s |' % (
-                label, ms, speed, ranks * base / ms, '-' if exposed != exposed else '%.2f' % exposed,
+            print('| %s | %.1f | %.0f | %s | %s | %s |' % (
+                label, ms, speed, '%.2fx' % (ranks * base / ms) if base else '-', '-' if exposed != exposed else '%.2f' % exposed,
                 '-' if wait != wait else '%.2f' % wait))
     if args.json:
         with open(args.json, 'w') as f:
