@@ -477,6 +477,7 @@ def cmd_upgrade_solver(args):
 
 def build_parser():
     from ..faults import PHASES
+    from ..onnx_export import DEFAULT_OPSET
     parser = argparse.ArgumentParser(prog='pycaffe-ft', description=(
         'Caffe-compatible deep learning with fault-tolerant MPI training. '
         'Flags also accept Caffe\'s gflags spellings (-solver S, --solver=S).'))
@@ -613,7 +614,8 @@ def build_parser():
     p.add_argument('--model', required=True, help='the net (.prototxt); data layers become inputs')
     p.add_argument('--weights', help='.caffemodel (or .h5) with the trained weights')
     p.add_argument('--out', required=True, help='the .onnx file to write')
-    p.add_argument('--opset', type=_positive_int, default=17, help='ONNX opset (13 or newer; default 17)')
+    p.add_argument('--opset', type=_positive_int, default=DEFAULT_OPSET,
+                   help='ONNX opset (13 or newer; default %d)' % DEFAULT_OPSET)
     p.add_argument('--input-shape', '--input_shape', action='append',
                    help='NAME=N,C,H,W: shape of an input (or of a data layer top) in the exported graph')
     p.add_argument('--dynamic-batch', '--dynamic_batch', action='store_true', help='leave the batch axis free (N)')

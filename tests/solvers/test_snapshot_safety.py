@@ -1,7 +1,6 @@
 """Snapshots and solver states under damage: a state without usable weights is refused (never
 a silent fresh start), reads are bounded, and temp files a killed writer left are removed at
 the next snapshot while every earlier snapshot stays intact."""
-import os
 
 import numpy as np
 import pytest
