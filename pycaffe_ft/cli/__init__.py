@@ -201,17 +201,11 @@ def cmd_train(args):
     common = dict(weights=args.weights, snapshot=snapshot, level=args.level, stages=_stages(args.stage),
                   sigint_effect=args.sigint_effect, sighup_effect=args.sighup_effect)
     if parallel or (virtual_workers or 1) > 1:
-        solver = train_parallel(args.solver, parallel=parallel, ft=args.ft != 'off',
-                                virtual_workers=virtual_workers, min_ranks=args.min_ranks,
-                                ledger=args.ledger, overlap=args.overlap == 'on', bucket_mb=args.bucket_mb,
-                                hierarchy=args.hierarchy, ranks_per_node=args.ranks_per_node,
-                                deterministic=args.deterministic, **common)
-        if parallel and solver.failures:
-            # Open MPI may hang in MPI_Finalize after failures: end this rank deterministically.
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(0)
-        return 0
+        train_parallel(args.solver, parallel=parallel, ft=args.ft != 'off', virtual_workers=virtual_workers,
+                       min_ranks=args.min_ranks, ledger=args.ledger, overlap=args.overlap == 'on',
+                       bucket_mb=args.bucket_mb, hierarchy=args.hierarchy, ranks_per_node=args.ranks_per_node,
+                       deterministic=args.deterministic, **common)
+        return 0  # an MPI rank then ends in main() without MPI_Finalize
     train(args.solver, **common)
     return 0
 
@@ -666,11 +660,28 @@ def main(argv=None):
     if getattr(args, 'threads', None) is not None:
         from ..intra_op import set_num_threads
         set_num_threads(args.threads)
+    rank = args.command == 'train' and (args.mpi_worker or _in_mpi_job())
     try:
-        return COMMANDS[args.command][0](args) or 0
+        code = COMMANDS[args.command][0](args) or 0
     except CaffeError as e:
         print('pycaffe-ft %s: error: %s' % (args.command, e), file=sys.stderr)
-        return 1
+        code = 1
     except KeyboardInterrupt:
         print('pycaffe-ft %s: interrupted' % args.command, file=sys.stderr)
-        return 130
+        code = 130
+    except BaseException:
+        if not rank:
+            raise
+        import traceback
+        traceback.print_exc()
+        code = 1
+    if rank:  # an MPI rank ends here: MPI_Finalize can hang for ever under ULFM (after failures, or in
+        sys.stdout.flush()  # the heartbeat detector's finalize when ranks end apart); mpiexec gets the code
+        sys.stderr.flush()
+        os._exit(code)
+    return code
+
+
+def _in_mpi_job():
+    from ..parallel.launcher import in_mpi_job
+    return in_mpi_job()
