@@ -4,7 +4,8 @@ Configured by ``inject(specs)`` or the environment variable ``PYCAFFE_FT_INJECT_
 ("RANK:ITER[:PHASE]", several separated by commas; RANK is the original MPI rank, 0 when
 serial; PHASE one of forward, backward, bucket (a gradient bucket in flight during backward),
 node (a bucket in flight to the node leader, two-level reduction), leader (a bucket in flight
-among the node leaders: only a leader dies there), allreduce, snapshot, test, broadcast; default
+among the node leaders: only a leader dies there), allreduce, agree (between a collective and
+the Agree on its outcome), snapshot, test, broadcast; default
 forward; ``PHASES`` is the one list). ``check(phase, iteration)`` is called at those points and kills the process (never
 returns) when a spec matches. The kill is real (SIGKILL): this is what fault tolerance must
 survive.
@@ -15,7 +16,7 @@ import time
 
 __all__ = ['inject', 'check', 'PHASES', 'parse_spec', 'warn_unfired', 'impossible']
 
-PHASES = ('forward', 'backward', 'bucket', 'node', 'leader', 'allreduce', 'snapshot', 'test', 'broadcast')
+PHASES = ('forward', 'backward', 'bucket', 'node', 'leader', 'allreduce', 'agree', 'snapshot', 'test', 'broadcast')
 _specs = []
 _rank = [0]
 
@@ -71,8 +72,8 @@ def impossible(specs, ranks, param, parallel=True, two_level=False):
             reason = 'there is no rank %d in a run of %d rank%s' % (rank, ranks, '' if ranks == 1 else 's')
         elif iteration >= param.max_iter and phase != 'snapshot' and not (phase == 'test' and iteration == param.max_iter):
             reason = 'training ends at iteration %d' % param.max_iter
-        elif not parallel and phase in ('bucket', 'node', 'leader', 'allreduce', 'broadcast', 'test', 'forward',
-                                        'backward'):
+        elif not parallel and phase in ('bucket', 'node', 'leader', 'allreduce', 'agree', 'broadcast', 'test',
+                                        'forward', 'backward'):
             reason = 'phase %s is checked only in data-parallel runs' % phase
         elif phase == 'broadcast' and iteration != 0:
             reason = 'weights are broadcast only at iteration 0'

@@ -2,7 +2,8 @@
 failure-free run.
 
 Each schedule kills 1 to N-1 ranks (any rank, the root included) at random iterations and
-phases (forward, backward, allreduce, test, snapshot write, the weight broadcast), or kills
+phases (forward, backward, allreduce, the Agree after a collective, test, snapshot write, the weight
+broadcast), or kills
 every rank at once and lets the launcher restart the job from its newest snapshot
 (``--resume auto --max-restarts 1``); ``--deterministic`` trains every run in that mode (where
 the deviation must be 0). A run *finishes* when ``pycaffe-ft train`` exits 0 and the
@@ -73,7 +74,7 @@ def schedule(rng, ranks, iterations):
     victims = rng.sample(range(ranks), rng.randint(1, ranks - 1))
     flags, parts = [], []
     for rank in victims:
-        phase = rng.choice(['forward', 'backward', 'allreduce', 'allreduce', 'test', 'snapshot', 'broadcast'])
+        phase = rng.choice(['forward', 'backward', 'allreduce', 'agree', 'test', 'snapshot', 'broadcast'])
         if phase == 'broadcast':
             at = 0
         elif phase in ('test', 'snapshot'):

@@ -116,6 +116,7 @@ class DataParallelSolver(Solver):
             result = fn()
         except ProcessFailure:
             ok = False
+        faults.check('agree', self.iter)
         if not self.comm.agree(ok):
             raise ProcessFailure('the collective failed at some rank')
         return result

@@ -202,7 +202,7 @@ def test_survives_three_kills_with_the_same_result(tmp_path, mnist):
 
 @pytest.mark.parametrize('faults', [['1:0:broadcast'], ['1:10:test'], ['0:10:snapshot'],
                                     ['1:7:backward', '2:7:allreduce'], ['1:6:bucket'],
-                                    ['0:12:bucket', '2:12:bucket']])
+                                    ['0:12:bucket', '2:12:bucket'], ['0:5:agree', '2:9:agree']])
 def test_survives_failures_in_every_phase(tmp_path, mnist, faults):
     assert_survives(tmp_path, mnist, ['--np', '3'], faults)
     assert os.path.exists(tmp_path / 'ft' / 'lenet_iter_10.solverstate')  # written even when the root died there
