@@ -2,9 +2,9 @@
 failure-free run.
 
 Each schedule kills 1 to N-1 ranks (any rank, the root included) at random iterations and
-phases (forward, backward, allreduce, the Agree after a collective, test, snapshot write, the weight
-broadcast), or kills
-every rank at once and lets the launcher restart the job from its newest snapshot
+phases (forward, backward, allreduce, the Agree after a collective, test, snapshot write, the
+weight broadcast), or kills every rank at once and lets the launcher restart the job from its
+newest snapshot
 (``--resume auto --max-restarts 1``); ``--deterministic`` trains every run in that mode (where
 the deviation must be 0). A run *finishes* when ``pycaffe-ft train`` exits 0 and the
 final snapshot is there. Prints a table: schedules, finished, the largest weight deviation from
