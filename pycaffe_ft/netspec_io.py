@@ -10,7 +10,7 @@ import os
 from .errors import PrototxtError
 from .proto import caffe_pb2
 from .errors import WeightsError
-from .proto.io import decode_text, layer_lines, looks_like_text, parse_text, read_binary, read_bytes
+from .proto.io import decode_text, layer_lines, looks_like_text, parse_text, read_binary, read_definition_bytes
 from .proto.upgrade import upgrade_net, upgrade_solver
 
 __all__ = ['NetSource', 'load_net_param', 'load_solver_param']
@@ -46,7 +46,7 @@ def load_net_param(source):
         raise TypeError('net must be a path, prototxt text or NetParameter, not %r' % type(source))
     if not os.path.exists(source) and ('{' in source or '\n' in source):
         return _from_text(source, None)
-    data = _read_definition(source, 'net definition')
+    data = read_definition_bytes(source, 'net definition')
     if looks_like_text(data):  # text, perhaps with a stray byte: errors point into the text
         return _from_text(decode_text(data, source), source)
     try:
@@ -56,11 +56,6 @@ def load_net_param(source):
                             % str(e).split(': ', 1)[-1], source) from None
     return upgrade_net(param, source), NetSource(source)
 
-
-def _read_definition(path, what):
-    def error(message):
-        return PrototxtError(message.split(': ', 1)[-1] if message.startswith(path) else message, path)
-    return read_bytes(path, what, error)
 
 
 def _from_text(text, path):
@@ -81,5 +76,5 @@ def load_solver_param(source):
         return upgrade_solver(param)
     if not os.path.exists(source) and ('{' in source or ':' in source and '\n' in source):
         return upgrade_solver(parse_text(source, caffe_pb2.SolverParameter()))
-    text = decode_text(_read_definition(source, 'solver file'), source)
+    text = decode_text(read_definition_bytes(source, 'solver file'), source)
     return upgrade_solver(parse_text(text, caffe_pb2.SolverParameter(), source), source)

@@ -8,6 +8,7 @@ import re
 import stat
 
 import numpy as np
+from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from google.protobuf import text_format
 
@@ -17,7 +18,8 @@ from . import caffe_pb2
 
 __all__ = ['parse_text', 'read_text', 'write_text', 'read_binary', 'write_binary',
            'layer_lines', 'blob_to_array', 'array_to_blob', 'read_blob_file',
-           'message_to_text', 'read_bytes', 'decode_text', 'looks_like_text', 'first_non_finite']
+           'message_to_text', 'read_bytes', 'read_definition_bytes', 'decode_text', 'looks_like_text',
+           'first_non_finite']
 
 _UNKNOWN_FIELD = re.compile(r'Message type "caffe\.(\w+)" has no field named "(\w+)"')
 _UNKNOWN_ENUM = re.compile(r'Enum type "caffe\.([\w.]+)" has no value named (\w+)')
@@ -53,10 +55,12 @@ def read_bytes(path, what='file', error=PrototxtError):
         raise error('%r: not a file name (it holds a NUL byte)' % (path,)) from None
 
 
-def _text_error(message, path):
-    """PrototxtError for read_bytes: the path goes in front once."""
+def read_definition_bytes(path, what='file'):
+    """:func:`read_bytes` for a definition (prototxt or binary net): its errors are
+    PrototxtErrors that name the path once."""
     prefix = '%s: ' % path
-    return PrototxtError(message[len(prefix):] if message.startswith(prefix) else message, path)
+    return read_bytes(path, what, lambda message: PrototxtError(
+        message[len(prefix):] if message.startswith(prefix) else message, path))
 
 
 def looks_like_text(data):
@@ -86,9 +90,6 @@ def decode_text(data, path):
     return text
 
 
-def _read_file(path, mode='r'):
-    data = read_bytes(path, 'file', lambda message: _text_error(message, path))
-    return data if 'b' in mode else decode_text(data, path)
 
 
 def _enclosing_layer(text, line):
@@ -143,7 +144,7 @@ def parse_text(text, message, path=None):
 
 def read_text(path, message):
     """Parse the prototxt file at ``path`` into ``message`` (returned)."""
-    return parse_text(_read_file(path), message, path)
+    return parse_text(decode_text(read_definition_bytes(path), path), message, path)
 
 
 def message_to_text(message):
@@ -276,7 +277,7 @@ def read_blob_file(path):
         raise WeightsError('%s: %s' % (path, e)) from None
 
 
-_FLOATS = (2, 1)  # FieldDescriptor.TYPE_FLOAT, TYPE_DOUBLE
+_FLOATS = (_descriptor.FieldDescriptor.TYPE_FLOAT, _descriptor.FieldDescriptor.TYPE_DOUBLE)
 
 
 def _repeated(field):
@@ -290,19 +291,14 @@ def first_non_finite(message, path=''):
     skipped), or None."""
     import math
     for field, value in message.ListFields():
-        name = path + field.name
-        if field.message_type is not None:
-            if field.message_type.name == 'BlobProto':
-                continue
-            items = value if _repeated(field) else [value]
-            for i, item in enumerate(items):
-                where = '%s[%d]' % (name, i) if _repeated(field) else name
-                found = first_non_finite(item, where + '.')
-                if found:
-                    return found
-        elif field.type in _FLOATS:
-            items = value if _repeated(field) else [value]
-            for i, item in enumerate(items):
-                if not math.isfinite(item):
-                    return ('%s[%d]' % (name, i) if _repeated(field) else name), item
+        is_message = field.message_type is not None
+        if (is_message and field.message_type.name == 'BlobProto') or not (is_message or field.type in _FLOATS):
+            continue
+        repeated = _repeated(field)
+        for i, item in enumerate(value if repeated else [value]):
+            where = '%s%s[%d]' % (path, field.name, i) if repeated else path + field.name
+            found = first_non_finite(item, where + '.') if is_message else \
+                (where, item) if not math.isfinite(item) else None
+            if found:
+                return found
     return None
