@@ -38,18 +38,27 @@ _state = {'threads': None, 'source': None, 'pool': None, 'blas': False, 'watch':
 _local = threading.local()
 
 
+def _usable_core_set():
+    try:
+        return os.sched_getaffinity(0)
+    except AttributeError:  # not Linux
+        return set(range(os.cpu_count() or 1))
+
+
 def usable_cores():
     """The cores this process may run on."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # not Linux
-        return max(1, os.cpu_count() or 1)
+    return max(1, len(_usable_core_set()))
+
+
+def ranks_on_this_node():
+    """The MPI ranks Open MPI started on this node (1 outside an MPI job)."""
+    ranks_here = os.environ.get('OMPI_COMM_WORLD_LOCAL_SIZE', '').strip()
+    return max(1, int(ranks_here) if ranks_here.isdigit() else 1)
 
 
 def _automatic_threads():
     """The usable cores shared among the MPI ranks on this node (one share per rank)."""
-    ranks_here = os.environ.get('OMPI_COMM_WORLD_LOCAL_SIZE', '').strip()
-    return max(1, usable_cores() // max(1, int(ranks_here) if ranks_here.isdigit() else 1))
+    return max(1, usable_cores() // ranks_on_this_node())
 
 
 def _default_threads():
@@ -86,9 +95,10 @@ def thread_policy():
 class _LoadWatch:
     """CPU time other processes used on our cores, from ``/proc/stat`` minus our own."""
 
-    def __init__(self, cores):
+    def __init__(self, cores, cap=None):
         self.cores = cores
-        self.last = self._sample()
+        self.cap = len(cores) if cap is None else cap  # the most threads the automatic policy may use
+        self.last = self._sample() if self.cap > 1 else None
 
     def _sample(self):
         busy = 0
@@ -105,9 +115,13 @@ class _LoadWatch:
         return time.monotonic(), busy / os.sysconf('SC_CLK_TCK'), t.user + t.system
 
     def others(self, min_interval):
-        """Cores' worth of CPU others used since the last reading, or None if too soon."""
+        """Cores' worth of CPU others used since the last reading, or None if too soon (then
+        ``/proc/stat`` is not read at all: this runs between every two iterations)."""
+        if self.last is not None and time.monotonic() - self.last[0] < min_interval:
+            return None
         now = self._sample()
-        if now is None or self.last is None or now[0] - self.last[0] < min_interval:
+        if now is None or self.last is None:
+            self.last = now
             return None
         (t0, busy0, own0), (t1, busy1, own1) = self.last, now
         self.last = now
@@ -119,19 +133,18 @@ def adapt_threads(min_interval=1.0):
     free (at most once per ``min_interval`` seconds; call it between iterations, never from a
     worker thread). Returns the thread count. Does nothing to an explicit count."""
     n = num_threads()
-    if _state['source'] != 'automatic' or _automatic_threads() == 1:
+    if _state['source'] != 'automatic':
         return n
-    if _state['watch'] is None:
-        try:
-            cores = os.sched_getaffinity(0)
-        except AttributeError:
-            cores = set(range(os.cpu_count() or 1))
-        _state['watch'] = _LoadWatch(cores)
+    watch = _state['watch']
+    if watch is None:  # the first call starts watching
+        watch = _state['watch'] = _LoadWatch(_usable_core_set(), _automatic_threads())
         return n
-    others = _state['watch'].others(min_interval)
+    if watch.cap == 1:
+        return n
+    others = watch.others(min_interval)
     if others is not None:
         # a core counts as taken once others use 70% of it
-        _state['threads'] = max(1, min(_automatic_threads(), int(usable_cores() - others + 0.3)))
+        _state['threads'] = max(1, min(watch.cap, int(usable_cores() - others + 0.3)))
     return _state['threads']
 
 

@@ -17,7 +17,7 @@ import numpy as np
 
 from .. import faults
 from ..errors import CaffeError, SolverError
-from ..intra_op import num_threads
+from ..intra_op import num_threads, ranks_on_this_node
 from ..log import logger
 from ..solvers.solver import NONE, SNAPSHOT, STOP, Solver
 from .buckets import BucketedReduction, Levels, bucket_elements, plan_buckets
@@ -91,8 +91,7 @@ class DataParallelSolver(Solver):
 
     def _setup_data_layers(self):
         self.data_layers = self.net.data_layers()
-        ranks_here = int(os.environ.get('OMPI_COMM_WORLD_LOCAL_SIZE', '1') or 1)
-        self.spare_core = (os.cpu_count() or 1) > ranks_here * num_threads()
+        self.spare_core = (os.cpu_count() or 1) > ranks_on_this_node() * num_threads()
         for net in [self.net] + self.test_nets:
             for layer in net.data_layers():
                 layer.stop_prefetch()
