@@ -194,9 +194,9 @@ def cmd_train(args):
         raise CaffeError('give --snapshot FILE or --resume auto, not both')
     if args.max_restarts and (args.np == 1 or parallel):
         raise CaffeError('--max-restarts restarts the ranks that --np N (N > 1) starts')
-    if args.np > 1 and not parallel:
-        return _launch_ranks(args)
     snapshot = args.snapshot or (_newest_snapshot(args.solver) if args.resume else None)
+    if args.np > 1 and not parallel:
+        return _launch_ranks(args, snapshot)
     virtual_workers = _virtual_workers(args, snapshot)
     common = dict(weights=args.weights, snapshot=snapshot, level=args.level, stages=_stages(args.stage),
                   sigint_effect=args.sigint_effect, sighup_effect=args.sighup_effect)
@@ -249,9 +249,9 @@ def _virtual_workers(args, snapshot):
     return args.virtual_workers or saved or None
 
 
-def _launch_ranks(args):
-    """The --np launcher: start the ranks (restarting the whole job from its newest snapshot
-    up to --max-restarts times if it dies as a whole)."""
+def _launch_ranks(args, snapshot):
+    """The --np launcher: start the ranks from ``snapshot`` (or the beginning), restarting the
+    whole job from its newest snapshot up to --max-restarts times if it dies as a whole."""
     from ..log import logger
     from ..parallel.launcher import Placement, launch
     from . import progress
@@ -263,7 +263,6 @@ def _launch_ranks(args):
     for flag in ('--np', '--hostfile', '--host', '--net-if', '--net_if', '--resume', '--max-restarts',
                  '--max_restarts', '--snapshot'):
         argv = _strip_flag(argv, flag)
-    snapshot = args.snapshot or (_newest_snapshot(args.solver) if args.resume else None)
     status = os.path.abspath('.pycaffe-ft-job-%d.status' % os.getpid())  # the ranks share this directory
     os.environ['PYCAFFE_FT_STATUS_FILE'] = status
     if args.hang_timeout and args.ft != 'off':  # ULFM's heartbeat detector: a hung rank counts as failed

@@ -18,26 +18,25 @@ __all__ = ['check_db']
 
 
 def _walk(path, out):
-    """In the child: each record's index and key on ``out`` as it is read and decoded; a line
-    'bad' with the message on the first record that cannot be."""
+    """In the child: ``ok KEY`` on ``out`` for each record read and decoded; ``bad`` with the key
+    (when the cursor got that far) and the message for the first one that cannot be."""
     import lmdb
 
     from .datum import datum_to_array, parse_datum
     env = lmdb.open(path, readonly=True, lock=False, subdir=os.path.isdir(path), max_readers=1)
-    index = -1
     key = None
     try:
         with env.begin(buffers=False) as txn:
-            for index, (key, value) in enumerate(txn.cursor()):
+            for key, value in txn.cursor():
                 datum_to_array(parse_datum(value, key), key)
-                out.write('ok %d %s\n' % (index, key.hex()))
+                out.write('ok %s\n' % key.hex())
                 out.flush()
+                key = None
     except (DataError, lmdb.Error) as e:
-        out.write('bad %s\n' % json.dumps({'index': index, 'key': key.hex() if key else None, 'error': str(e)}))
+        out.write('bad %s\n' % json.dumps({'key': key.hex() if key else None, 'error': str(e)}))
         return 1
     finally:
         env.close()
-    out.write('done %d\n' % (index + 1))
     return 0
 
 
@@ -74,12 +73,10 @@ def check_db(path, timeout=None):
 
 
 def _report(out, status, message):
-    good = [line.split() for line in out.splitlines() if line.startswith('ok ')]
-    report = {'status': status, 'records': len(good), 'message': message,
-              'last_good_key': good[-1][2] if good else None}
-    report['index'] = len(good)  # the record after the last one read
-    report['key'] = None
-    return report
+    good = [line.split()[1] for line in out.splitlines() if line.startswith('ok ')]
+    return {'status': status, 'records': len(good), 'message': message, 'key': None,
+            'index': len(good),  # the record after the last one read
+            'last_good_key': good[-1] if good else None}
 
 
 def describe(path, report):

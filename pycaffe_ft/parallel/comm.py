@@ -155,11 +155,9 @@ def ulfm_enabled_by_launcher():
 def _start_time(pid):
     """The start time of process ``pid`` (clock ticks since boot; Linux), to tell a pid that was
     reused from the process that had it; None where unknown."""
-    try:
-        with open('/proc/%d/stat' % pid) as f:
-            return int(f.read().rsplit(')', 1)[1].split()[19])
-    except (OSError, ValueError, IndexError):
-        return None
+    from .launcher import process_stat
+    fields = process_stat(pid)
+    return int(fields[19]) if fields is not None and len(fields) > 19 else None
 
 
 class ULFMComm(MPIComm):

@@ -7,7 +7,7 @@ import sys
 from ..errors import CaffeError
 from .mpi_env import find_mpiexec
 
-__all__ = ['in_mpi_job', 'Placement', 'mpiexec_command', 'launch']
+__all__ = ['in_mpi_job', 'Placement', 'mpiexec_command', 'launch', 'process_stat']
 
 
 def in_mpi_job():
@@ -147,18 +147,26 @@ def _wait(proc, finished, grace):
             return 0
 
 
+def process_stat(pid):
+    """The fields of ``/proc/<pid>/stat`` after the command name (Linux): [0] state, [1] ppid,
+    [2] process group, [3] session, ..., [19] start time; None where unreadable."""
+    try:
+        with open('/proc/%d/stat' % pid) as f:
+            return f.read().rsplit(')', 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
 def _kill_session(sid):
     """SIGKILL every process of session ``sid`` (mpiexec's own, started with a new session):
     stopped ranks included, which a SIGTERM would not reach."""
-    import glob
-    for stat in glob.glob('/proc/[0-9]*/stat'):
-        try:
-            with open(stat) as f:
-                fields = f.read().rsplit(')', 1)[1].split()
-            if int(fields[3]) == sid:  # after ")": state, ppid, pgrp, session
-                os.kill(int(stat.split('/')[2]), signal.SIGKILL)
-        except (OSError, ValueError, IndexError):
-            continue
+    for entry in os.listdir('/proc') if os.path.isdir('/proc') else []:
+        fields = process_stat(int(entry)) if entry.isdigit() else None
+        if fields is not None and fields[3:4] == [str(sid)]:
+            try:
+                os.kill(int(entry), signal.SIGKILL)
+            except OSError:
+                pass
     try:
         os.kill(sid, signal.SIGKILL)
     except OSError:
@@ -205,13 +213,13 @@ def launch(n, argv, ft=True, relay=None, placement=None, finished=None, grace=15
             pump.start()
     relayed = []
 
-    def relay(signum, frame):
+    def forward_signal(signum, frame):
         if signum != signal.SIGHUP and any(s != signal.SIGHUP for s in relayed):
             proc.terminate()  # asked twice: stop now
             return
         relayed.append(signum)
         proc.send_signal(RELAYED[signum])
-    previous = {sig: signal.signal(sig, relay) for sig in RELAYED}
+    previous = {sig: signal.signal(sig, forward_signal) for sig in RELAYED}
     try:
         code = _wait(proc, finished, grace)
         for pump in pumps:

@@ -134,7 +134,7 @@ def restore_state(solver, path):
     if isinstance(learned, bytes):  # protobuf hands back a string field that is not UTF-8 as bytes
         raise SolverError('%s: its learned_net %r is not a UTF-8 file name: a damaged solver state?' % (path, learned))
     if not learned:  # Caffe would keep fresh weights: take them from where Caffe writes them
-        sibling = re.sub(r'\.solverstate(\.h5)?$', r'.caffemodel\1', path)
+        sibling = _sibling_model(path)
         if sibling == path or not os.path.exists(sibling):
             raise SolverError('%s names no weights file (learned_net is empty) and %s does not exist: '
                               'resuming would silently start from fresh weights' % (path, sibling))
@@ -157,11 +157,17 @@ def restore_state(solver, path):
     logger.info('SGDSolver: restoring history')
 
 
+def _sibling_model(state_path):
+    """``<stem>.caffemodel[.h5]`` beside ``<stem>.solverstate[.h5]``: where Caffe writes the
+    weights of a snapshot."""
+    return re.sub(r'\.solverstate(\.h5)?$', r'.caffemodel\1', state_path)
+
+
 def _complete(state_path):
     """True when the state parses and the weights it names exist (an interrupted writer leaves
     only hidden temp files, but a copy or a full disk may leave less)."""
     if state_path.endswith('.h5'):
-        return os.path.exists(state_path[:-len('.solverstate.h5')] + '.caffemodel.h5')
+        return os.path.exists(_sibling_model(state_path))
     try:
         state = read_binary(state_path, caffe_pb2.SolverState())
     except WeightsError:
