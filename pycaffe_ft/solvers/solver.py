@@ -174,9 +174,7 @@ class Solver:
             self.net.debug_info = bool(display and p.debug_info)
             loss = self.forward_backward()
             if not math.isfinite(loss):
-                raise SolverError('iteration %d: the loss is %s (first non-finite value: %s); training '
-                                  'stopped before applying this update (the last snapshot, if any, is intact)'
-                                  % (self.iter, loss, self.net.first_non_finite() or 'not found in the blobs'))
+                raise self._non_finite('the loss is %s' % loss, 'not found in the blobs')
             self._update_smoothed_loss(loss, start_iter)
             if display:
                 lapse = time.perf_counter() - timer
@@ -256,12 +254,17 @@ class Solver:
         chunk = 1 << 20  # elements per task: fixed, so the split never depends on the threads
         chunks = [(lo, min(lo + chunk, w.size)) for lo in range(0, max(w.size, 1), chunk)]
         if not all(run_chunks(lambda lo, hi: _finite(g[lo:hi]), chunks)):
-            raise SolverError('iteration %d: the gradient is not finite (first non-finite value: %s); training '
-                              'stopped before applying this update (the last snapshot, if any, is intact)'
-                              % (self.iter, self.net.first_non_finite() or 'after clipping'))
+            raise self._non_finite('the gradient is not finite', 'after clipping')
         run_chunks(lambda lo, hi: self.rule.apply(
             w, g, self.history, (lo, hi, self._bounds, rates, decays, iter_scale, regularization),
             self.iter), chunks)
+
+    def _non_finite(self, what, otherwise):
+        """The error that stops training before a non-finite update, naming where the first
+        non-finite value is (``otherwise`` when no blob holds one)."""
+        return SolverError('iteration %d: %s (first non-finite value: %s); training stopped before applying '
+                           'this update (the last snapshot, if any, is intact)'
+                           % (self.iter, what, self.net.first_non_finite() or otherwise))
 
     def _lars_ratios(self, w, g, iter_scale, decays):
         """LARS's per-blob factor eta * ||w|| / (||g|| + decay * ||w||) (float32), 1 where
