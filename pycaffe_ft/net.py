@@ -217,6 +217,10 @@ class Net:
                 for bid in top_ids:
                     blob_need_backward[bid] = True
         self._random_layers = [l for l in self.layers if l.uses_rng]
+        selection_below = False
+        for layer in reversed(self.layers):
+            layer.before_value_selection = selection_below
+            selection_below = selection_below or layer.selects_by_value
         self._analyse_backward(split_param, blob_need_backward)
         self._blob_need_backward = blob_need_backward
         self.output_ids = [name_to_id[n] for n in sorted(available)]

@@ -27,15 +27,6 @@ layer { name: "loss" type: "SoftmaxWithLoss" bottom: "ip" bottom: "label" top: "
 '''
 
 
-@pytest.fixture
-def restore_threads():
-    intra_op.num_threads()
-    before = dict(intra_op._state)
-    yield
-    intra_op.set_num_threads(before['threads'])
-    intra_op._state.update({k: before[k] for k in ('threads', 'source', 'watch')})
-
-
 @pytest.mark.parametrize('rows, cols', [(37, 41), (1, 41), (37, 1)])  # 1 row or column: GEMV
 @pytest.mark.parametrize('accumulate', [False, True])
 def test_gemm_reads_transposed_views_and_accumulates(accumulate, rows, cols):

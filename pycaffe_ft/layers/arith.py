@@ -18,6 +18,10 @@ class EltwiseLayer(Layer):
     min_num_bottom = 2
     exact_num_top = 1
 
+    @property
+    def selects_by_value(self):
+        return self.op == _E.MAX
+
     def layer_setup(self, bottom, top):
         p = self.layer_param.eltwise_param
         self.op = p.operation
@@ -127,6 +131,7 @@ class ArgMaxLayer(Layer):
     type = 'ArgMax'
     exact_num_bottom = 1
     exact_num_top = 1
+    selects_by_value = True
 
     def reshape(self, bottom, top):
         p = self.layer_param.argmax_param

@@ -34,6 +34,17 @@ class Layer:
     auto_top_blobs = False
     is_loss = False
     uses_rng = False  # forward draws random numbers: the Net reseeds self.rng per iteration
+    # Set by the Net: a later layer picks among values by comparing them (see selects_by_value),
+    # so this layer's forward must keep Caffe's exact arithmetic (True outside a Net)
+    before_value_selection = True
+
+    @property
+    def selects_by_value(self):
+        """Whether forward picks among values by comparing them (max pooling's argmax,
+        Eltwise MAX, ArgMax): a result that differs from Caffe's in its last bits could then
+        pick another element. Layers with faster, not bit-identical arithmetic (Winograd
+        convolution) use it only when no later layer of the net selects by value."""
+        return False
 
     def __init__(self, layer_param, phase=1):
         self.layer_param = layer_param

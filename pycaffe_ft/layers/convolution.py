@@ -6,6 +6,7 @@ from ..kernels.im2col import columns, crop_planes, pad_planes
 from ..registry import LAYERS
 from .base import Layer
 from .geometry import spatial_param
+from .winograd import Winograd
 
 __all__ = ['ConvolutionLayer', 'BaseConvolutionLayer']
 
@@ -182,9 +183,23 @@ class ConvolutionLayer(BaseConvolutionLayer):
     order, so the result does not depend on the thread count."""
     type = 'Convolution'
 
+    def layer_setup(self, bottom, top):
+        super().layer_setup(bottom, top)
+        self.winograd = Winograd(self.kernel[0], self.pad, self.group) if Winograd.applies(self) else None
+
     def forward(self, bottom, top):
-        w = self.blobs[0].data.reshape(self.num_output, -1)
         bias = self.blobs[1].data if self.bias_term else None
+        # forward by Winograd only where nothing later picks by comparing values (see
+        # Layer.selects_by_value): flat image regions give exactly equal im2col sums, which
+        # max pooling must resolve as Caffe does; the backward pass has no such choice
+        if self.winograd is not None and not self.before_value_selection:
+            for b, t in zip(bottom, top):
+                self.winograd.forward(b.data.reshape((self.num, self.channels) + self.in_hw),
+                                      self.blobs[0].data, bias,
+                                      t.data.reshape((self.num, self.num_output) + self.out_hw),
+                                      self.in_hw, self.out_hw)
+            return
+        w = self.blobs[0].data.reshape(self.num_output, -1)
         plane = self.out_hw[0] * self.out_hw[1]
         chunks = self._chunks()
         # fewer chunks than threads (deploy at batch 1): the threads split each GEMM instead
@@ -202,18 +217,30 @@ class ConvolutionLayer(BaseConvolutionLayer):
             run_chunks(chunk, chunks)
 
     def backward(self, top, propagate_down, bottom):
+        # Winograd in the backward pass for 3x3 kernels only: F(2x2, 3x3) rounds like im2col,
+        # while F(2x2, 5x5)'s float32 sums over the channels in its transformed domain round
+        # to ~5e-6 of the result (im2col: ~6e-7), enough for N ranks and one process with N
+        # virtual workers (whose reductions round differently) to drift apart in training
+        winograd = self.winograd if self.kernel[0] == 3 else None
+        winograd_w = winograd is not None and self.param_propagate_down[0]
+        winograd_down = winograd is not None
         w = self.blobs[0].data.reshape(self.num_output, -1)
         wdiff = self.blobs[0].diff.reshape(self.num_output, -1)
-        need_w = self.param_propagate_down[0]
+        need_w = self.param_propagate_down[0] and not winograd_w
         need_b = self.bias_term and self.param_propagate_down[1]
         g, o, k = self.group, self.num_output // self.group, w.shape[1]
         plane = self.out_hw[0] * self.out_hw[1]
-        for b, t, down in zip(bottom, top, propagate_down):
-            if not (need_w or need_b or down):
-                continue
+        for b, t, propagate in zip(bottom, top, propagate_down):
             dy = t.diff.reshape(self.num, self.num_output, plane)
             x = b.data.reshape((self.num, self.channels) + self.in_hw)
             dx = b.diff.reshape((self.num, self.channels) + self.in_hw)
+            if winograd_w:
+                wdiff += winograd.weight_gradient(x, dy, self.in_hw, self.out_hw).reshape(wdiff.shape)
+            if propagate and winograd_down:
+                winograd.backward_data(dy, self.blobs[0].data, dx, self.in_hw, self.out_hw)
+            down = propagate and not winograd_down
+            if not (need_w or need_b or down):
+                continue
 
             def chunk(lo, hi):
                 dy_cm = scratch('conv_out', self.num_output * (hi - lo) * plane).reshape(self.num_output, -1)

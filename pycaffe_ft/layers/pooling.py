@@ -24,6 +24,10 @@ class PoolingLayer(Layer):
     min_num_top = 1
     max_num_top = 2
 
+    @property
+    def selects_by_value(self):
+        return self.method in (_P.MAX, _P.STOCHASTIC)
+
     def layer_setup(self, bottom, top):
         p = self.layer_param.pooling_param
         self.method = p.pool
