@@ -180,8 +180,14 @@ class ConvolutionLayer(BaseConvolutionLayer):
     """Each chunk of images (sized so its column buffer stays in cache) is lowered by im2col
     into a per-thread buffer and multiplied by the weights in one GEMM per group; chunks run on
     the intra-op threads. Weight and bias gradients are per-chunk partials added in chunk
-    order, so the result does not depend on the thread count."""
+    order, so the result does not depend on the thread count. Stride-1 3x3 and 5x5
+    convolutions take Winograd (:mod:`.winograd`) where it keeps Caffe's results: see
+    :meth:`forward` and :meth:`backward`; ``engine: CAFFE`` keeps im2col throughout."""
     type = 'Convolution'
+    keep_5x5_rounding = False
+    """Set by the data-parallel solver on its training net: no F(2x2, 5x5) forward either (see
+    :meth:`backward`), so that a run that loses ranks stays within rounding of the
+    failure-free one."""
 
     def layer_setup(self, bottom, top):
         super().layer_setup(bottom, top)
@@ -192,7 +198,8 @@ class ConvolutionLayer(BaseConvolutionLayer):
         # forward by Winograd only where nothing later picks by comparing values (see
         # Layer.selects_by_value): flat image regions give exactly equal im2col sums, which
         # max pooling must resolve as Caffe does; the backward pass has no such choice
-        if self.winograd is not None and not self.before_value_selection:
+        if self.winograd is not None and not self.before_value_selection and \
+                not (self.keep_5x5_rounding and self.kernel[0] == 5):
             for b, t in zip(bottom, top):
                 self.winograd.forward(b.data.reshape((self.num, self.channels) + self.in_hw),
                                       self.blobs[0].data, bias,
@@ -217,10 +224,13 @@ class ConvolutionLayer(BaseConvolutionLayer):
             run_chunks(chunk, chunks)
 
     def backward(self, top, propagate_down, bottom):
-        # Winograd in the backward pass for 3x3 kernels only: F(2x2, 3x3) rounds like im2col,
-        # while F(2x2, 5x5)'s float32 sums over the channels in its transformed domain round
-        # to ~5e-6 of the result (im2col: ~6e-7), enough for N ranks and one process with N
-        # virtual workers (whose reductions round differently) to drift apart in training
+        # Winograd in the backward pass for 3x3 kernels only: F(2x2, 3x3) rounds like im2col.
+        # F(2x2, 5x5) rounds to ~1.5e-6 of the result (im2col ~5e-7), and runs whose gradient
+        # reductions round differently (N ranks, one process with N virtual workers, a run that
+        # lost ranks) then drift apart until a max pooling picks another element: 1.1e-4 of
+        # max|w| after 20 LeNet iterations with three ranks killed, against 2e-7 with im2col
+        # (its forward in training nets without a later max pooling: 1e-3 against 1.3e-6 after
+        # 60 iterations of such a net, hence keep_5x5_rounding)
         winograd = self.winograd if self.kernel[0] == 3 else None
         winograd_w = winograd is not None and self.param_propagate_down[0]
         winograd_down = winograd is not None

@@ -51,6 +51,9 @@ class DataParallelSolver(Solver):
         self.local_request = lambda: NONE  # this rank's signal requests (cli.train installs them)
         self.action_request = self._agreed_action
         self._request, self._agreed_request = NONE, NONE
+        for layer in self.net.layers:  # see ConvolutionLayer.keep_5x5_rounding
+            if hasattr(layer, 'keep_5x5_rounding'):
+                layer.keep_5x5_rounding = True
         self._setup_data_layers()
         self._setup_batchnorm()
         self._broadcast_weights()

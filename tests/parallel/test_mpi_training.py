@@ -380,3 +380,21 @@ def test_deterministic_mode_is_bitwise_equal_whatever_fails_and_whatever_np(tmp_
     for name, (w, led) in runs.items():
         assert all(np.array_equal(w[k], base_weights[k]) for k in base_weights), name
         assert led == base_ledger, name
+
+
+def test_a_5x5_net_without_a_later_max_pooling_survives_kills_with_the_same_result(tmp_path, mnist, monkeypatch):
+    """LeNet with conv2 32 -> 32 5x5 pad 2 and an AVE pool2: single-process training would run
+    conv2's forward by Winograd F(2x2, 5x5), whose rounding lets runs drift apart (1e-3 of
+    max|w| after 60 iterations with these kills); the data-parallel solver keeps im2col."""
+    net = NET.replace('num_output: 20', 'num_output: 32', 1)
+    net = net.replace('    num_output: 50\n    kernel_size: 5', '    num_output: 32\n    pad: 2\n    kernel_size: 5')
+    i = net.index('name: "pool2"')
+    monkeypatch.setattr(sys.modules[__name__], 'NET', net[:i] + net[i:].replace('pool: MAX', 'pool: AVE', 1))
+    serial = caffe.Net(str(make_job(tmp_path / 'probe', mnist) / 'net.prototxt'), caffe.TRAIN)
+    conv2 = serial.layers[list(serial._layer_names).index('conv2')]
+    assert conv2.winograd is not None and not conv2.before_value_selection
+    ok = make_job(tmp_path / 'ok', mnist, max_iter=60, snapshot=30)
+    train(ok, '--np', '4')
+    ft = make_job(tmp_path / 'ft', mnist, max_iter=60, snapshot=30)
+    train(ft, '--np', '4', '--inject-fault', '2:5', '--inject-fault', '0:9', '--inject-fault', '1:13:allreduce')
+    assert_same_weights(weights(ok, 60), weights(ft, 60))
