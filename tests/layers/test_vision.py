@@ -94,3 +94,49 @@ def test_stochastic_pooling_train_samples_in_proportion_and_routes_gradient():
     layer.backward(top, [True], bottom)
     chosen = float(top[0].data.ravel()[0])
     assert bottom[0].diff.sum() == 2 and bottom[0].diff[x == chosen].item() == 2
+
+
+def _pool_reference(x, k, s, p, out_hw, method):
+    """Caffe's MAX (first maximum in row-major window order, its flat index) and AVE (float32
+    sums in window order over the window clipped to the image, divided by its size clipped to
+    the padded image), one output at a time."""
+    h, w = x.shape[-2:]
+    y = np.zeros(x.shape[:2] + out_hw, np.float32)
+    mask = np.full(y.shape, -1.0, np.float32)
+    for n, c, oy, ox in np.ndindex(*y.shape):
+        h0, w0 = oy * s - p, ox * s - p
+        h1, w1 = min(h0 + k, h + p), min(w0 + k, w + p)
+        size = np.float32((h1 - h0) * (w1 - w0))
+        best, total = np.float32(-3.4028234663852886e38), np.float32(0)
+        for yy in range(max(h0, 0), min(h1, h)):
+            for xx in range(max(w0, 0), min(w1, w)):
+                v = x[n, c, yy, xx]
+                total += v
+                if v > best:
+                    best, mask[n, c, oy, ox] = v, yy * w + xx
+        y[n, c, oy, ox] = best if method == 'MAX' else total / size
+    return y, mask
+
+
+def test_max_and_ave_pooling_match_caffes_definition_bit_for_bit():
+    """Random geometries (pads, strides, windows clipped at the edges) and inputs with ties:
+    the kernels (edge outputs one by one, inner ones four at a time) give Caffe's bits."""
+    rng = np.random.default_rng(3)
+    for trial in range(40):
+        h, w = (int(v) for v in rng.integers(2, 14, 2))
+        k = int(rng.integers(1, min(h, w) + 1))
+        s, p = int(rng.integers(1, 4)), int(rng.integers(0, k))
+        x = rng.integers(-2, 3, (2, 3, h, w)).astype(np.float32) * np.float32(0.37)
+        for method in ('MAX', 'AVE'):
+            layer, bottom, top = make_layer('type: "Pooling" pooling_param { pool: %s kernel_size: %d '
+                                            'stride: %d pad: %d }' % (method, k, s, p), 1)
+            bottom[0].reshape(x.shape)
+            bottom[0].data[...] = x
+            top.append(caffe.Blob()) if method == 'MAX' else None
+            layer.setup(bottom, top)
+            layer.run_forward(bottom, top)
+            with np.errstate(divide='ignore', invalid='ignore'):  # Caffe's 0/0 for an empty window
+                y, mask = _pool_reference(x, k, s, p, top[0].shape[2:], method)
+            np.testing.assert_array_equal(top[0].data, y, err_msg=str((method, h, w, k, s, p)))
+            if method == 'MAX':
+                np.testing.assert_array_equal(top[1].data, mask, err_msg=str((h, w, k, s, p)))
