@@ -142,15 +142,19 @@ def report_throughput(net, fwd_s, bwd_s, out=print):
     if not rows:
         return
     peak = sgemm_peak()
-    out('Throughput per layer (%d thread(s); SGEMM peak measured now: %.1f GFLOP/s):'
-        % (num_threads(), peak))
+    out('Throughput per layer (%d thread(s); SGEMM peak measured now: %.1f GFLOP/s; GFLOP of the '
+        'direct convolution, so Winograd can pass the peak):' % (num_threads(), peak))
     for i, (unit, fwork, bwork) in rows:
         parts = []
-        for label, work, seconds in (('forward', fwork, fwd_s[i]), ('backward', bwork, bwd_s[i])):
+        layer = net.layers[i]
+        algorithms = layer.algorithms() if hasattr(layer, 'algorithms') else (None, None)
+        for label, work, seconds, algorithm in (('forward', fwork, fwd_s[i], algorithms[0]),
+                                                 ('backward', bwork, bwd_s[i], algorithms[1])):
             if work <= 0 or seconds <= 0:
                 continue
             rate = work / seconds
-            share = ' (%.0f%% of peak)' % (100.0 * rate / peak) if unit == 'GFLOP/s' else ''
+            share = ' (%.0f%% of peak%s)' % (100.0 * rate / peak, ', ' + algorithm if algorithm else '') \
+                if unit == 'GFLOP/s' else ''
             parts.append('%s %.1f %s%s' % (label, rate, unit, share))
         if parts:
             out('%10s\t%s' % (net._layer_names[i], ', '.join(parts)))

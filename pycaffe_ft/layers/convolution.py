@@ -193,13 +193,21 @@ class ConvolutionLayer(BaseConvolutionLayer):
         super().layer_setup(bottom, top)
         self.winograd = Winograd(self.kernel[0], self.pad, self.group) if Winograd.applies(self) else None
 
+    def algorithms(self):
+        """(forward, backward): 'Winograd F(2x2, rxr)' or 'im2col', what the passes use now.
+
+        Forward by Winograd only where nothing later picks by comparing values (see
+        Layer.selects_by_value): flat image regions give exactly equal im2col sums, which max
+        pooling must resolve as Caffe does. Backward: see :meth:`backward`."""
+        if self.winograd is None:
+            return 'im2col', 'im2col'
+        name = 'Winograd F(2x2, %dx%d)' % self.kernel
+        forward = not self.before_value_selection and not (self.keep_5x5_rounding and self.kernel[0] == 5)
+        return name if forward else 'im2col', name if self.kernel[0] == 3 else 'im2col'
+
     def forward(self, bottom, top):
         bias = self.blobs[1].data if self.bias_term else None
-        # forward by Winograd only where nothing later picks by comparing values (see
-        # Layer.selects_by_value): flat image regions give exactly equal im2col sums, which
-        # max pooling must resolve as Caffe does; the backward pass has no such choice
-        if self.winograd is not None and not self.before_value_selection and \
-                not (self.keep_5x5_rounding and self.kernel[0] == 5):
+        if self.algorithms()[0] != 'im2col':
             for b, t in zip(bottom, top):
                 self.winograd.forward(b.data.reshape((self.num, self.channels) + self.in_hw),
                                       self.blobs[0].data, bias,
@@ -231,7 +239,7 @@ class ConvolutionLayer(BaseConvolutionLayer):
         # max|w| after 20 LeNet iterations with three ranks killed, against 2e-7 with im2col
         # (its forward in training nets without a later max pooling: 1e-3 against 1.3e-6 after
         # 60 iterations of such a net, hence keep_5x5_rounding)
-        winograd = self.winograd if self.kernel[0] == 3 else None
+        winograd = self.winograd if self.algorithms()[1] != 'im2col' else None
         winograd_w = winograd is not None and self.param_propagate_down[0]
         winograd_down = winograd is not None
         w = self.blobs[0].data.reshape(self.num_output, -1)

@@ -154,6 +154,11 @@ def test_forward_is_caffes_arithmetic_before_a_max_pooling(tmp_path, r):
     before_ave = _net(tmp_path, r, 'AVE')
     reference = _net(tmp_path, r, 'AVE', 'engine: CAFFE')
     assert not before_ave.layers[1].before_value_selection
+    name = 'Winograd F(2x2, %dx%d)' % (r, r)
+    backward = name if r == 3 else 'im2col'
+    assert plain.layers[1].algorithms() == ('im2col', 'im2col')
+    assert before_max.layers[1].algorithms() == ('im2col', backward)
+    assert before_ave.layers[1].algorithms() == (name, backward)
     ours, ref = before_ave.blobs['conv'].data, reference.blobs['conv'].data
     assert not np.array_equal(ours, ref)  # another algorithm ...
     assert np.abs(ours - ref).max() <= 5e-6 * np.abs(ref).max()  # ... the same numbers
