@@ -51,3 +51,17 @@ def test_exported_graph_runs_in_pytorch_like_the_net(tmp_path):
             blob.data[...] = arrays['%s/%d' % (ln, i)]
     ours = net.forward(data=arrays['data'])['prob']
     np.testing.assert_allclose(ours, theirs, rtol=1e-3, atol=1e-5)
+
+
+def test_deploy_benchmark_prints_a_table_beside_onnx_runtime(capsys):
+    pytest.importorskip('onnxruntime', reason='ONNX Runtime is the optional onnx extra')
+    from tests.helpers import shared_path
+    bench_deploy = importlib.import_module('bench_deploy')
+    lenet = shared_path('corpus', 'bvlc', 'examples', 'mnist', 'lenet.prototxt')
+    bench_deploy.main([lenet, '--batches', '1,2', '--rounds', '1', '--repeats', '1'])
+    rows = [line for line in capsys.readouterr().out.splitlines() if 'lenet' in line]
+    assert len(rows) == 2
+    for row, batch in zip(rows, (1, 2)):
+        cells = [c.strip() for c in row.strip('|').split('|')]
+        assert cells[1] == str(batch) and float(cells[2]) > 0 and float(cells[3]) > 0
+        assert abs(float(cells[4]) - float(cells[2]) / float(cells[3])) < 0.1 * float(cells[4]) + 0.05

@@ -199,7 +199,7 @@ class ConvolutionLayer(BaseConvolutionLayer):
         Forward by Winograd only where nothing later picks by comparing values (see
         Layer.selects_by_value): flat image regions give exactly equal im2col sums, which max
         pooling must resolve as Caffe does. Backward: see :meth:`backward`."""
-        if self.winograd is None:
+        if self.winograd is None or not Winograd.pays(self.num * self.out_hw[0] * self.out_hw[1]):
             return 'im2col', 'im2col'
         name = 'Winograd F(2x2, %dx%d)' % self.kernel
         forward = not self.before_value_selection and not (self.keep_5x5_rounding and self.kernel[0] == 5)

@@ -31,6 +31,11 @@ MIN_CHANNELS = 16
 """Below this many input or output channels per group, the GEMMs over the channels are too
 thin for the transforms to pay: im2col is used."""
 
+MIN_OUTPUTS = 256
+"""Below this many output positions per pass (images x height x width), transforming the
+weights (every pass: they may have changed) costs more than Winograd saves: ResNet-50's
+7x7 512-channel 3x3 convolutions at batch 1 took 51 ms instead of 4 ms by im2col."""
+
 
 def toom_cook(m, r):
     """(A^T (m, alpha), G (alpha, r), B^T (alpha, alpha)) of F(m, r) as Fractions, such that
@@ -94,6 +99,11 @@ class Winograd:
         self.out_kind = kernels.OUTPUT_6 if r == 5 else kernels.OUTPUT_4
         self.g = _as_array(toom_cook(2, r)[1])            # (alpha, r): weights -> tiles
         self.weight_a_t = _as_array(toom_cook(r, 2)[0])   # (r, alpha): gradient tiles -> r x r
+
+    @staticmethod
+    def pays(outputs):
+        """Whether a pass over ``outputs`` positions is worth the weight transform."""
+        return outputs >= MIN_OUTPUTS
 
     @staticmethod
     def applies(layer):
