@@ -383,11 +383,10 @@ def test_deterministic_mode_is_bitwise_equal_whatever_fails_and_whatever_np(tmp_
 
 
 def test_a_5x5_net_without_a_later_max_pooling_survives_kills_with_the_same_result(tmp_path, mnist, monkeypatch):
-    """LeNet with conv2 32 -> 32 5x5 pad 2 and an AVE pool2: single-process training would run
-    conv2's forward by Winograd F(2x2, 5x5), whose rounding lets runs drift apart (1e-3 of
-    max|w| after 60 iterations with these kills); the data-parallel solver keeps im2col."""
+    """LeNet with 32 conv1 outputs and an AVE pool2: single-process training runs conv2's
+    forward (5x5, 32 -> 50) by Winograd F(2x2, 5x5), whose rounding lets runs drift apart (1e-3
+    of max|w| after 60 iterations with these kills); the data-parallel solver keeps im2col."""
     net = NET.replace('num_output: 20', 'num_output: 32', 1)
-    net = net.replace('    num_output: 50\n    kernel_size: 5', '    num_output: 32\n    pad: 2\n    kernel_size: 5')
     i = net.index('name: "pool2"')
     monkeypatch.setattr(sys.modules[__name__], 'NET', net[:i] + net[i:].replace('pool: MAX', 'pool: AVE', 1))
     serial = caffe.Net(str(make_job(tmp_path / 'probe', mnist) / 'net.prototxt'), caffe.TRAIN)
