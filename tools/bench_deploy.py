@@ -11,9 +11,10 @@ import argparse
 import os
 import sys
 import tempfile
-import time
 
 import numpy as np
+
+from bench_train import median_ms  # tools/ is this script's directory
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CORPUS = os.path.join(os.path.dirname(os.path.dirname(HERE)), 'shared', 'corpus')
@@ -43,16 +44,6 @@ def build(path, batch):
     for name in net.inputs:
         net.blobs[name].data[...] = rng.uniform(-1, 1, net.blobs[name].shape)
     return net
-
-
-def median_ms(fn, repeats):
-    fn()
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return 1e3 * float(np.median(times))
 
 
 def ort_session(net, threads, workdir):
@@ -89,9 +80,9 @@ def main(argv=None):
                 ort = ort_session(net, args.threads, workdir)
                 ours, theirs = [], []
                 for _ in range(args.rounds):
-                    ours.append(median_ms(net.forward, args.repeats))
+                    ours.append(median_ms(net.forward, args.repeats, warmup=1))
                     if ort is not None:
-                        theirs.append(median_ms(ort, args.repeats))
+                        theirs.append(median_ms(ort, args.repeats, warmup=1))
             name = os.path.relpath(path, CORPUS) if path.startswith(CORPUS) else path
             rows.append((name, batch, min(ours), min(theirs) if theirs else None))
             print('%s batch %d: %.1f ms%s' % (name, batch, rows[-1][2], '' if not theirs else

@@ -47,7 +47,7 @@ def _build(name, batch, deploy):
     return caffe, proto, solver, data, label
 
 
-def _median_ms(step, iterations, warmup=3):
+def median_ms(step, iterations, warmup=3):
     import time
     for _ in range(warmup):
         step()
@@ -78,7 +78,7 @@ def child_pycaffe(name, batch, iterations, deploy):
     if deploy:
         net = caffe.Net(proto, caffe.TEST)
         net.blobs['data'].data[...] = data
-        ms = _median_ms(net.forward, iterations)
+        ms = median_ms(net.forward, iterations)
     else:
         sp = caffe.proto.caffe_pb2.SolverParameter(
             base_lr=solver['base_lr'], momentum=solver['momentum'], weight_decay=solver['weight_decay'],
@@ -87,7 +87,7 @@ def child_pycaffe(name, batch, iterations, deploy):
         s = caffe.SGDSolver(sp)
         s.net.blobs['data'].data[...] = data
         s.net.blobs['label'].data[...] = label
-        ms = _median_ms(lambda: s.step(1), iterations)
+        ms = median_ms(lambda: s.step(1), iterations)
     return {'ms': ms, 'rss_mb': _peak_rss_mb()}
 
 
@@ -230,7 +230,7 @@ def child_torch(graph, iterations, deploy, layout, threads):
             opt.zero_grad(set_to_none=True)
             model({'data': x, 'label': y})[spec['loss']].backward()
             opt.step()
-    return {'ms': _median_ms(step, iterations), 'rss_mb': _peak_rss_mb()}
+    return {'ms': median_ms(step, iterations), 'rss_mb': _peak_rss_mb()}
 
 
 # -- the parent ---------------------------------------------------------------------------------

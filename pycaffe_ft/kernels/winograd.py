@@ -31,13 +31,28 @@ _FIFTEENTH = np.float32(1.0 / 15.0)
 
 
 @njit(cache=True, nogil=True, inline='always')
+def _taps2(src, s, pair, odd, c):
+    """Taps 0 and 1 of channel c: tap b at s + (b // 2)*pair + (b % 2)*odd."""
+    return src[_at(s + c)], src[_at(s + odd + c)]
+
+
+@njit(cache=True, nogil=True, inline='always')
+def _taps4(src, s, pair, odd, c):
+    x0, x1 = _taps2(src, s, pair, odd, c)
+    x2, x3 = _taps2(src, s + pair, pair, odd, c)
+    return x0, x1, x2, x3
+
+
+@njit(cache=True, nogil=True, inline='always')
+def _taps6(src, s, pair, odd, c):
+    x0, x1, x2, x3 = _taps4(src, s, pair, odd, c)
+    x4, x5 = _taps2(src, s + 2 * pair, pair, odd, c)
+    return x0, x1, x2, x3, x4, x5
+
+
+@njit(cache=True, nogil=True, inline='always')
 def _input_6(src, s, pair, odd, dst, d, ds, c):
-    x0 = src[_at(s + c)]
-    x1 = src[_at(s + odd + c)]
-    x2 = src[_at(s + pair + c)]
-    x3 = src[_at(s + pair + odd + c)]
-    x4 = src[_at(s + 2 * pair + c)]
-    x5 = src[_at(s + 2 * pair + odd + c)]
+    x0, x1, x2, x3, x4, x5 = _taps6(src, s, pair, odd, c)
     dst[_at(d + c)] = x0 + x4 + _1_5 * (x3 - x1) - np.float32(2.0) * x2
     dst[_at(d + ds + c)] = x4 - x1 + np.float32(0.5) * x2 + _2_5 * x3
     dst[_at(d + 2 * ds + c)] = x1 + x4 - _2_5 * x2 + np.float32(0.5) * x3
@@ -48,10 +63,7 @@ def _input_6(src, s, pair, odd, dst, d, ds, c):
 
 @njit(cache=True, nogil=True, inline='always')
 def _input_4(src, s, pair, odd, dst, d, ds, c):
-    x0 = src[_at(s + c)]
-    x1 = src[_at(s + odd + c)]
-    x2 = src[_at(s + pair + c)]
-    x3 = src[_at(s + pair + odd + c)]
+    x0, x1, x2, x3 = _taps4(src, s, pair, odd, c)
     dst[_at(d + c)] = x2 - x0
     dst[_at(d + ds + c)] = x1 + x2
     dst[_at(d + 2 * ds + c)] = x2 - x1
@@ -60,8 +72,7 @@ def _input_4(src, s, pair, odd, dst, d, ds, c):
 
 @njit(cache=True, nogil=True, inline='always')
 def _diff_6(src, s, pair, odd, dst, d, ds, c):
-    x0 = src[_at(s + c)]
-    x1 = src[_at(s + odd + c)]
+    x0, x1 = _taps2(src, s, pair, odd, c)
     dst[_at(d + c)] = x0
     dst[_at(d + ds + c)] = _THIRD * (x0 + x1)
     dst[_at(d + 2 * ds + c)] = _THIRD * (x1 - x0)
@@ -72,8 +83,7 @@ def _diff_6(src, s, pair, odd, dst, d, ds, c):
 
 @njit(cache=True, nogil=True, inline='always')
 def _diff_4(src, s, pair, odd, dst, d, ds, c):
-    x0 = src[_at(s + c)]
-    x1 = src[_at(s + odd + c)]
+    x0, x1 = _taps2(src, s, pair, odd, c)
     dst[_at(d + c)] = -x0
     dst[_at(d + ds + c)] = np.float32(0.5) * (x0 + x1)
     dst[_at(d + 2 * ds + c)] = np.float32(0.5) * (x0 - x1)
@@ -82,22 +92,14 @@ def _diff_4(src, s, pair, odd, dst, d, ds, c):
 
 @njit(cache=True, nogil=True, inline='always')
 def _output_6(src, s, pair, odd, dst, d, ds, c):
-    x0 = src[_at(s + c)]
-    x1 = src[_at(s + odd + c)]
-    x2 = src[_at(s + pair + c)]
-    x3 = src[_at(s + pair + odd + c)]
-    x4 = src[_at(s + 2 * pair + c)]
-    x5 = src[_at(s + 2 * pair + odd + c)]
+    x0, x1, x2, x3, x4, x5 = _taps6(src, s, pair, odd, c)
     dst[_at(d + c)] = x0 + x1 + x2 + x3 + x4
     dst[_at(d + ds + c)] = x1 - x2 + np.float32(0.5) * x3 - np.float32(2.0) * x4 + x5
 
 
 @njit(cache=True, nogil=True, inline='always')
 def _output_4(src, s, pair, odd, dst, d, ds, c):
-    x0 = src[_at(s + c)]
-    x1 = src[_at(s + odd + c)]
-    x2 = src[_at(s + pair + c)]
-    x3 = src[_at(s + pair + odd + c)]
+    x0, x1, x2, x3 = _taps4(src, s, pair, odd, c)
     dst[_at(d + c)] = x0 + x1 + x2
     dst[_at(d + ds + c)] = x1 - x2 + x3
 

@@ -2,9 +2,9 @@
 :class:`~pycaffe_ft.layers.convolution.ConvolutionLayer`.
 
 Per 2 x 2 tile of outputs it multiplies (r+1)**2 transformed values instead of 4*r*r, i.e.
-2.25x (3x3) and 2.8x (5x5) fewer multiply-adds than im2col + GEMM, for a float32 error of a
-few 1e-6 of the output's scale (Caffe's own im2col sums in another order than ours anyway).
-The backward pass reuses it: the bottom diff is the stride-1 convolution of the top diff
+2.25x (3x3) and 2.8x (5x5) fewer multiply-adds than im2col + GEMM, for a float32 error of
+~2e-7 (3x3, like im2col) and ~1.5e-6 (5x5) of the output's scale; which passes the layer
+gives it is decided in ``ConvolutionLayer.algorithms``. The backward pass reuses it: the bottom diff is the stride-1 convolution of the top diff
 (padded by r-1-pad) with the flipped, transposed weights, and the weight gradient is
 F(r x r, 2 x 2) on the same tiles, the transformed products summed over every tile of the
 batch by one GEMM per position before the inverse transform.
@@ -19,6 +19,7 @@ import numpy as np
 
 from ..intra_op import gemm, image_chunks, run_chunks, scratch
 from ..kernels import winograd as kernels
+from ..proto import caffe_pb2
 
 __all__ = ['Winograd', 'toom_cook']
 
@@ -110,7 +111,7 @@ class Winograd:
         """Whether ``layer`` (a set-up Convolution) is a stride-1, undilated 3x3 or 5x5
         convolution with pads below the kernel and enough channels per group, whose
         ``engine`` is not CAFFE (which asks for Caffe's own im2col + GEMM)."""
-        if layer.layer_param.convolution_param.engine == 1:
+        if layer.layer_param.convolution_param.engine == caffe_pb2.ConvolutionParameter.CAFFE:
             return False
         r = layer.kernel[0]
         return (layer.kernel == (r, r) and r in (3, 5) and layer.stride == (1, 1)
