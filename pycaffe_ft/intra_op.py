@@ -338,10 +338,11 @@ def gemm(a, b, out, accumulate=False):
 
 def matmul(a, b, out, accumulate=False):
     """:func:`gemm`, split into column (or row) blocks over the threads. The blocks depend
-    only on the shape, and each output element is one BLAS dot product either way, so the
-    bits do not depend on the thread count."""
+    only on the shape, and one thread makes the same block calls in order: OpenBLAS's bits
+    depend on a call's shape (on AVX2 kernels a column block is not bitwise the same columns
+    of one whole call), so the split must not depend on the thread count."""
     m, n = out.shape
-    if num_threads() == 1 or m * n * a.shape[1] < (1 << 22):
+    if m * n * a.shape[1] < (1 << 22):
         return gemm(a, b, out, accumulate)
     if n >= m:
         run_chunks(lambda lo, hi: gemm(a, b[:, lo:hi], out[:, lo:hi], accumulate), _blocks(n))

@@ -73,14 +73,16 @@ def test_one_thread_and_two_compute_the_same_bits(restore_threads):
         assert np.array_equal(one[2][name][1], two[2][name][1]), 'blob %s diff' % name
 
 
-def test_matmul_split_over_threads_is_bitwise_the_single_call(restore_threads):
+def test_matmul_gives_the_same_bits_with_any_thread_count(restore_threads):
     rng = np.random.default_rng(2)
-    a, b = rng.random((16, 2000), dtype=np.float32), rng.random((2000, 1500), dtype=np.float32)
-    intra_op.set_num_threads(1)
-    single = intra_op.matmul(a, b, np.empty((16, 1500), np.float32))
-    intra_op.set_num_threads(2)
-    split = intra_op.matmul(a, b, np.empty((16, 1500), np.float32))
-    assert np.array_equal(single, split)
+    for m, k, n in ((16, 2000, 1500), (500, 800, 64)):  # split by columns, by rows
+        a, b = rng.random((m, k), dtype=np.float32), rng.random((k, n), dtype=np.float32)
+        results = []
+        for threads in (1, 2, 3):
+            intra_op.set_num_threads(threads)
+            results.append(intra_op.matmul(a, b, np.empty((m, n), np.float32)))
+        assert all(np.array_equal(results[0], r) for r in results[1:])
+        np.testing.assert_allclose(results[0], a.astype(np.float64) @ b, rtol=1e-5)
 
 
 def test_image_chunks_depend_on_the_shape_only():
