@@ -392,8 +392,9 @@ def test_deterministic_mode_is_bitwise_equal_whatever_fails_and_whatever_np(tmp_
 
 def test_a_5x5_net_without_a_later_max_pooling_survives_kills_with_the_same_result(tmp_path, mnist, monkeypatch):
     """The smooth LeNet with 32 conv1 outputs: single-process training runs conv2's forward
-    (5x5, 32 -> 50) by Winograd F(2x2, 5x5), whose rounding lets runs drift apart (1e-3 of
-    max|w| after 60 iterations with these kills); the data-parallel solver keeps im2col."""
+    (5x5, 32 -> 50) by Winograd F(2x2, 5x5), whose rounding let runs drift apart (1e-3 of
+    max|w| after 60 iterations with these kills, measured with ReLU); the data-parallel solver
+    keeps im2col."""
     monkeypatch.setattr(sys.modules[__name__], 'NET', NET.replace('num_output: 20', 'num_output: 32', 1))
     serial = caffe.Net(str(make_job(tmp_path / 'probe', mnist) / 'net.prototxt'), caffe.TRAIN)
     conv2 = serial.layers[list(serial._layer_names).index('conv2')]
