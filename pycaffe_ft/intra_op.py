@@ -29,8 +29,8 @@ import time
 
 import numpy as np
 
-__all__ = ['num_threads', 'set_num_threads', 'thread_policy', 'adapt_threads', 'run_chunks', 'for_images',
-           'image_chunks', 'gemm', 'matmul', 'scratch', 'blas_library']
+__all__ = ['num_threads', 'set_num_threads', 'thread_policy', 'adapt_threads', 'run_chunks', 'sum_in_chunk_order',
+           'for_images', 'image_chunks', 'gemm', 'matmul', 'scratch', 'blas_library']
 
 _ENV_VARS = ('PYCAFFE_FT_NUM_THREADS', 'OMP_NUM_THREADS', 'OPENBLAS_NUM_THREADS', 'MKL_NUM_THREADS',
              'NUMBA_NUM_THREADS')
@@ -297,6 +297,15 @@ def run_chunks(fn, chunks):
         for future in futures:
             future.result()
     return results
+
+
+def sum_in_chunk_order(parts):
+    """parts[0] + parts[1] + ... in chunk order (into parts[0]), e.g. :func:`run_chunks`'
+    per-chunk partial gradients: the same bits for any thread count."""
+    total = parts[0]
+    for part in parts[1:]:
+        total += part
+    return total
 
 
 def scratch(name, size, dtype=np.float32):

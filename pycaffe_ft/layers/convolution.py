@@ -1,7 +1,7 @@
 """Convolution (2-D, per-dimension pad/stride/kernel, dilation, group, bias) via im2col + BLAS."""
 import numpy as np
 
-from ..intra_op import gemm, image_chunks, matmul, num_threads, run_chunks, scratch
+from ..intra_op import gemm, image_chunks, matmul, num_threads, run_chunks, scratch, sum_in_chunk_order
 from ..kernels.im2col import columns, crop_planes, pad_planes
 from ..registry import LAYERS
 from .base import Layer
@@ -163,14 +163,6 @@ def to_channel_major(a, out=None):
     return out
 
 
-def _sum_in_order(parts):
-    """parts[0] + parts[1] + ... in chunk order (into parts[0]): thread-count independent."""
-    total = parts[0]
-    for part in parts[1:]:
-        total += part
-    return total
-
-
 def from_channel_major(m, out):
     """(C, n*P) -> out (n, C, P)."""
     n, c, p = out.shape
@@ -279,11 +271,11 @@ class ConvolutionLayer(BaseConvolutionLayer):
                 return w_part, bias_part
             w_parts, bias_parts = zip(*run_chunks(chunk, self._chunks()))
             if need_w:
-                total = _sum_in_order(w_parts)
+                total = sum_in_chunk_order(w_parts)
                 for i in range(g):
                     wdiff[i * o:(i + 1) * o] += total[i].T
             if need_b:
-                self.blobs[1].diff[...] += _sum_in_order(bias_parts)
+                self.blobs[1].diff[...] += sum_in_chunk_order(bias_parts)
 
 
 @LAYERS.register('Deconvolution', v1_name='DECONVOLUTION')

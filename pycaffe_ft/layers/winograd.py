@@ -4,8 +4,9 @@
 Per 2 x 2 tile of outputs it multiplies (r+1)**2 transformed values instead of 4*r*r, i.e.
 2.25x (3x3) and 2.8x (5x5) fewer multiply-adds than im2col + GEMM, for a float32 error of
 ~2e-7 (3x3, like im2col) and ~1.5e-6 (5x5) of the output's scale; which passes the layer
-gives it is decided in ``ConvolutionLayer.algorithms``. The backward pass reuses it: the bottom diff is the stride-1 convolution of the top diff
-(padded by r-1-pad) with the flipped, transposed weights, and the weight gradient is
+gives it is decided in ``ConvolutionLayer.algorithms``. The backward pass reuses it: the
+bottom diff is the stride-1 convolution of the top diff (padded by r-1-pad) with the
+flipped, transposed weights, and the weight gradient is
 F(r x r, 2 x 2) on the same tiles, the transformed products summed over every tile of the
 batch by one GEMM per position before the inverse transform.
 
@@ -17,7 +18,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from ..intra_op import gemm, image_chunks, run_chunks, scratch
+from ..intra_op import gemm, image_chunks, run_chunks, scratch, sum_in_chunk_order
 from ..kernels import winograd as kernels
 from ..proto import caffe_pb2
 
@@ -226,10 +227,7 @@ class Winograd:
                     gemm(vg[xi, :, gi * co:(gi + 1) * co].T, vx[xi, :, gi * ci:(gi + 1) * ci],
                          part[xi, gi])
             return part
-        parts = run_chunks(chunk, self._chunks(num, max(channels, k), out_hw))
-        total = parts[0]
-        for part in parts[1:]:
-            total += part
+        total = sum_in_chunk_order(run_chunks(chunk, self._chunks(num, max(channels, k), out_hw)))
         m = total.astype(np.float64).reshape(a, a, k, ci)
         return np.einsum('up,pqoc,vq->ocuv', self.weight_a_t, m, self.weight_a_t,
                          optimize=True).astype(np.float32)
