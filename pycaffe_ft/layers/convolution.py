@@ -196,8 +196,14 @@ class ConvolutionLayer(BaseConvolutionLayer):
         if self.winograd is None or not Winograd.pays(self.num * self.out_hw[0] * self.out_hw[1]):
             return 'im2col', 'im2col'
         name = 'Winograd F(2x2, %dx%d)' % self.kernel
-        forward = not self.before_value_selection and not (self.keep_5x5_rounding and self.kernel[0] == 5)
-        return name if forward else 'im2col', name if self.kernel[0] == 3 else 'im2col'
+        forward = 'im2col' if self.before_value_selection else name
+        if self.kernel[0] == 3:
+            return forward, name
+        if self.keep_5x5_rounding:
+            return 'im2col', 'im2col'
+        ci, co = self.channels // self.group, self.num_output // self.group
+        backward = Winograd.fast_products(ci, co) and Winograd.fast_products(co, ci)
+        return forward, name if backward else 'im2col'
 
     def forward(self, bottom, top):
         bias = self.blobs[1].data if self.bias_term else None
@@ -226,13 +232,16 @@ class ConvolutionLayer(BaseConvolutionLayer):
             run_chunks(chunk, chunks)
 
     def backward(self, top, propagate_down, bottom):
-        # Winograd in the backward pass for 3x3 kernels only: F(2x2, 3x3) rounds like im2col.
-        # F(2x2, 5x5) rounds to ~1.5e-6 of the result (im2col ~5e-7), and runs whose gradient
-        # reductions round differently (N ranks, one process with N virtual workers, a run that
-        # lost ranks) then drift apart until a max pooling picks another element: 1.1e-4 of
-        # max|w| after 20 LeNet iterations with three ranks killed, against 2e-7 with im2col
-        # (its forward in training nets without a later max pooling: 1e-3 against 1.3e-6 after
-        # 60 iterations of such a net, hence keep_5x5_rounding)
+        # Winograd in the backward pass: 3x3 always (F(2x2, 3x3) rounds like im2col); 5x5 where
+        # its products run in batched_gemm both ways (else im2col was faster: LeNet's conv2, 20
+        # -> 50 channels, 17-21 against 11-12 ms; CIFAR10-quick's conv2 38-54 against 55 ms) and
+        # not in a data-parallel run's training net: F(2x2, 5x5) rounds to ~1.5e-6 of the
+        # result (im2col ~5e-7), and runs whose gradient reductions round differently (N ranks,
+        # one process with N virtual workers, a run that lost ranks) then drift apart until a
+        # max pooling picks another element: 1.1e-4 of max|w| after 20 LeNet iterations with
+        # three ranks killed, against 2e-7 with im2col (its forward in training nets without a
+        # later max pooling: 1e-3 against 1.3e-6 after 60 iterations of such a net, hence
+        # keep_5x5_rounding)
         winograd = self.winograd if self.algorithms()[1] != 'im2col' else None
         winograd_w = winograd is not None and self.param_propagate_down[0]
         winograd_down = winograd is not None
