@@ -20,28 +20,28 @@ __all__ = ['batched_gemm']
 
 
 @njit(cache=True, nogil=True, inline='always')
-def _block_6x16(a, ai, lda, b, bj, ldb, c, ci, ldc, k):
+def _block_6x16(a, ai, lda, ak, b, bj, ldb, c, ci, ldc, k):
     c00 = c01 = c10 = c11 = c20 = c21 = vzero()
     c30 = c31 = c40 = c41 = c50 = c51 = vzero()
     for p in range(k):
         b0 = vload(b, bj + p * ldb)
         b1 = vload(b, bj + p * ldb + 8)
-        a0 = vsplat(a, ai + p)
+        a0 = vsplat(a, ai + p * ak)
         c00 = vfma(a0, b0, c00)
         c01 = vfma(a0, b1, c01)
-        a1 = vsplat(a, ai + lda + p)
+        a1 = vsplat(a, ai + lda + p * ak)
         c10 = vfma(a1, b0, c10)
         c11 = vfma(a1, b1, c11)
-        a2 = vsplat(a, ai + 2 * lda + p)
+        a2 = vsplat(a, ai + 2 * lda + p * ak)
         c20 = vfma(a2, b0, c20)
         c21 = vfma(a2, b1, c21)
-        a3 = vsplat(a, ai + 3 * lda + p)
+        a3 = vsplat(a, ai + 3 * lda + p * ak)
         c30 = vfma(a3, b0, c30)
         c31 = vfma(a3, b1, c31)
-        a4 = vsplat(a, ai + 4 * lda + p)
+        a4 = vsplat(a, ai + 4 * lda + p * ak)
         c40 = vfma(a4, b0, c40)
         c41 = vfma(a4, b1, c41)
-        a5 = vsplat(a, ai + 5 * lda + p)
+        a5 = vsplat(a, ai + 5 * lda + p * ak)
         c50 = vfma(a5, b0, c50)
         c51 = vfma(a5, b1, c51)
     vstore(c, ci, c00)
@@ -59,42 +59,70 @@ def _block_6x16(a, ai, lda, b, bj, ldb, c, ci, ldc, k):
 
 
 @njit(cache=True, nogil=True, inline='always')
-def _row_8(a, ai, b, bj, ldb, c, ci, k):
+def _block_2x16(a, ai, lda, ak, b, bj, ldb, c, ci, ldc, k):
+    c00 = c01 = c10 = c11 = vzero()
+    for p in range(k):
+        b0 = vload(b, bj + p * ldb)
+        b1 = vload(b, bj + p * ldb + 8)
+        a0 = vsplat(a, ai + p * ak)
+        c00 = vfma(a0, b0, c00)
+        c01 = vfma(a0, b1, c01)
+        a1 = vsplat(a, ai + lda + p * ak)
+        c10 = vfma(a1, b0, c10)
+        c11 = vfma(a1, b1, c11)
+    vstore(c, ci, c00)
+    vstore(c, ci + 8, c01)
+    vstore(c, ci + ldc, c10)
+    vstore(c, ci + ldc + 8, c11)
+
+
+@njit(cache=True, nogil=True, inline='always')
+def _row_8(a, ai, ak, b, bj, ldb, c, ci, k):
     acc = vzero()
     for p in range(k):
-        acc = vfma(vsplat(a, ai + p), vload(b, bj + p * ldb), acc)
+        acc = vfma(vsplat(a, ai + p * ak), vload(b, bj + p * ldb), acc)
     vstore(c, ci, acc)
 
 
 @njit(cache=True, nogil=True, inline='always')
-def _element(a, ai, b, bj, ldb, c, ci, k):
+def _element(a, ai, ak, b, bj, ldb, c, ci, k):
     acc = np.float32(0.0)
     for p in range(k):
-        acc = np.float32(acc + a[ai + p] * b[bj + p * ldb])
+        acc = np.float32(acc + a[ai + p * ak] * b[bj + p * ldb])
     c[ci] = acc
 
 
+@njit(cache=True, nogil=True, inline='always')
+def _rows(a, ai, lda, ak, b, bj, ldb, c, ci, ldc, k, rows, n):
+    """``rows`` (6, 2 or 1) rows of c from ai/ci: 16 columns at a time in a register block
+    (one row: 8 at a time), then 8, then the last n % 8 one by one."""
+    j = 0
+    if rows == 6:
+        while j + 16 <= n:
+            _block_6x16(a, ai, lda, ak, b, bj + j, ldb, c, ci + j, ldc, k)
+            j += 16
+    elif rows == 2:
+        while j + 16 <= n:
+            _block_2x16(a, ai, lda, ak, b, bj + j, ldb, c, ci + j, ldc, k)
+            j += 16
+    for r in range(rows):
+        for jj in range(j, n - n % 8, 8):
+            _row_8(a, ai + r * lda, ak, b, bj + jj, ldb, c, ci + r * ldc + jj, k)
+        for jj in range(n - n % 8, n):
+            _element(a, ai + r * lda, ak, b, bj + jj, ldb, c, ci + r * ldc + jj, k)
+
+
 @njit(cache=True, nogil=True)
-def batched_gemm(a, a_off, a_batch, lda, b, b_off, b_batch, ldb, c, c_off, c_batch, ldc,
+def batched_gemm(a, a_off, a_batch, lda, ak, b, b_off, b_batch, ldb, c, c_off, c_batch, ldc,
                  batch, m, k, n):
-    """For t < batch: c[t] (m x n) = a[t] (m x k) @ b[t] (k x n), where x[t][i, j] is
-    ``x[x_off + t*x_batch + i*ldx + j]`` of the flat float32 arrays a, b and c."""
-    full_rows = m - m % 6
-    vector_cols = n - n % 8
+    """For t < batch: c[t] (m x n) = a[t] (m x k) @ b[t] (k x n), where b[t][p, j] is
+    ``b[b_off + t*b_batch + p*ldb + j]`` (c likewise) and a[t][i, p] is
+    ``a[a_off + t*a_batch + i*lda + p*ak]`` (ak 1: row-major; a transposed view: lda 1, ak
+    its row stride), all flat float32 arrays."""
     for t in range(batch):
         at, bt, ct = a_off + t * a_batch, b_off + t * b_batch, c_off + t * c_batch
-        for i in range(0, full_rows, 6):
-            j = 0
-            while j + 16 <= n:
-                _block_6x16(a, at + i * lda, lda, b, bt + j, ldb, c, ct + i * ldc + j, ldc, k)
-                j += 16
-            for r in range(i, i + 6):
-                if j < vector_cols:
-                    _row_8(a, at + r * lda, b, bt + j, ldb, c, ct + r * ldc + j, k)
-                for jj in range(vector_cols, n):
-                    _element(a, at + r * lda, b, bt + jj, ldb, c, ct + r * ldc + jj, k)
-        for r in range(full_rows, m):
-            for j in range(0, vector_cols, 8):
-                _row_8(a, at + r * lda, b, bt + j, ldb, c, ct + r * ldc + j, k)
-            for jj in range(vector_cols, n):
-                _element(a, at + r * lda, b, bt + jj, ldb, c, ct + r * ldc + jj, k)
+        i = 0
+        while i < m:
+            rows = 6 if i + 6 <= m else (2 if i + 2 <= m else 1)
+            _rows(a, at + i * lda, lda, ak, b, bt, ldb, c, ct + i * ldc, ldc, k, rows, n)
+            i += rows

@@ -40,6 +40,11 @@ multiple of 8) the per-position products run in :func:`~pycaffe_ft.kernels.small
 rather than OpenBLAS: 32 x 32 (CIFAR10-quick) at 66 against 31 GFLOP/s, 64 x 64 at 63
 against 39, 96 x 96 even (61 / 57), 128 x 128 slower (53 / 60), on one Zen 3 core."""
 
+SMALL_WEIGHT_PRODUCTS = 64 * 64
+"""The same for the weight gradient's products (output x input channels per group, summed
+over the tiles, the input channels a multiple of 8): 32 x 32 at 28-31 against 18 GFLOP/s
+(OpenBLAS), 64 x 32 at 35 against 22; 128 x 48 no better."""
+
 MIN_OUTPUTS = 256
 """Below this many output positions per pass (images x height x width), transforming the
 weights (every pass: they may have changed) costs more than Winograd saves: ResNet-50's
@@ -136,9 +141,13 @@ class Winograd:
     def _tiles(self, out_hw):
         return -(-out_hw[0] // 2), -(-out_hw[1] // 2)
 
-    def _chunks(self, num, channels, out_hw):
+    def _chunks(self, num, channels, k, out_hw):
+        """Image ranges of about 2M transformed values (4M where OpenBLAS runs the products:
+        AlexNet's 3x3 layers ran slower in the smaller chunks, CIFAR10-quick's faster)."""
         th, tw = self._tiles(out_hw)
-        return image_chunks(num, self.alpha * self.alpha * th * tw * channels, target=1 << 20)
+        g = self.group
+        target = 1 << 19 if self.fast_products(channels // g, k // g) else 1 << 20
+        return image_chunks(num, self.alpha * self.alpha * th * tw * max(channels, k), target=target)
 
     def transform_weights(self, w, flip=False):
         """(alpha*alpha, group, C_in/g, C_out/g) float32: G w G^T per (out, in) pair; with
@@ -191,7 +200,7 @@ class Winograd:
         ci, co = in_channels // g, out_channels // g
         if self.fast_products(ci, co):
             for gi in range(g):
-                batched_gemm(v.reshape(-1), gi * ci, count * in_channels, in_channels,
+                batched_gemm(v.reshape(-1), gi * ci, count * in_channels, in_channels, 1,
                              u.reshape(-1), gi * ci * co, g * ci * co, co,
                              prod.reshape(-1), gi * co, count * out_channels, out_channels,
                              a * a, count, ci, co)
@@ -216,7 +225,7 @@ class Winograd:
 
         def chunk(lo, hi):
             self._convolve(x[lo:hi], u, channels, k, in_hw, self.pad, out_hw, y[lo:hi], bias)
-        run_chunks(chunk, self._chunks(num, max(channels, k), out_hw))
+        run_chunks(chunk, self._chunks(num, channels, k, out_hw))
 
     def backward_data(self, dy, w, dx, in_hw, out_hw):
         """dx (N, C, H, W) = the gradient of the convolution for the top diff dy."""
@@ -227,7 +236,7 @@ class Winograd:
 
         def chunk(lo, hi):
             self._convolve(dy[lo:hi], u, k, channels, out_hw, pad, in_hw, dx[lo:hi])
-        run_chunks(chunk, self._chunks(num, max(channels, k), in_hw))
+        run_chunks(chunk, self._chunks(num, channels, k, in_hw))
 
     def weight_gradient(self, x, dy, in_hw, out_hw):
         """The weight gradient (K, C/g, r, r), float32, summed over the images in chunk order
@@ -242,12 +251,19 @@ class Winograd:
             vx = self._input_tiles(x[lo:hi], channels, in_hw, self.pad, tiles, 'wg_tiles')
             vg = self._diff_tiles(dy[lo:hi], k, out_hw, tiles)
             part = np.empty((a * a, g, co, ci), np.float32)
-            for xi in range(a * a):
-                for gi in range(g):
-                    gemm(vg[xi, :, gi * co:(gi + 1) * co].T, vx[xi, :, gi * ci:(gi + 1) * ci],
-                         part[xi, gi])
+            if ci % 8 == 0 and ci * co <= SMALL_WEIGHT_PRODUCTS:
+                count = vx.shape[1]
+                for gi in range(g):  # part[xi, gi] = vg[xi, :, group gi].T @ vx[xi, :, group gi]
+                    batched_gemm(vg.reshape(-1), gi * co, count * k, 1, k,
+                                 vx.reshape(-1), gi * ci, count * channels, channels,
+                                 part.reshape(-1), gi * co * ci, g * co * ci, ci, a * a, co, count, ci)
+            else:
+                for xi in range(a * a):
+                    for gi in range(g):
+                        gemm(vg[xi, :, gi * co:(gi + 1) * co].T, vx[xi, :, gi * ci:(gi + 1) * ci],
+                             part[xi, gi])
             return part
-        total = sum_in_chunk_order(run_chunks(chunk, self._chunks(num, max(channels, k), out_hw)))
+        total = sum_in_chunk_order(run_chunks(chunk, self._chunks(num, channels, k, out_hw)))
         m = total.astype(np.float64).reshape(a, a, k, ci)
         return np.einsum('up,pqoc,vq->ocuv', self.weight_a_t, m, self.weight_a_t,
                          optimize=True).astype(np.float32)

@@ -10,7 +10,7 @@ def _run(a, b, m, k, n, c_fill=7.0):
     column 1 of a (batch, m, n + 1) array (its column 0 must stay untouched)."""
     batch = a.shape[0]
     c = np.full((batch, m, n + 1), c_fill, np.float32)
-    batched_gemm(a.reshape(-1), 1, a[0].size, a.shape[2], b.reshape(-1), 2, b[0].size, b.shape[2],
+    batched_gemm(a.reshape(-1), 1, a[0].size, a.shape[2], 1, b.reshape(-1), 2, b[0].size, b.shape[2],
                  c.reshape(-1), 1, c[0].size, n + 1, batch, m, k, n)
     return c
 
