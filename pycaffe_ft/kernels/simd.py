@@ -13,7 +13,7 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic, models, register_model
 
-__all__ = ['vload', 'vstore', 'vsplat', 'vzero', 'vfma', 'WIDTH']
+__all__ = ['vload', 'vload_even', 'vstore', 'vsplat', 'vfull', 'vramp', 'vzero', 'vfma', 'vadd', 'vdiv', 'vwhere_gt', 'WIDTH']
 
 WIDTH = 8
 _VECTOR = ir.VectorType(ir.FloatType(), WIDTH)
@@ -50,6 +50,18 @@ def vload(typingctx, array, index):
 
 
 @intrinsic
+def vload_even(typingctx, array, index):
+    """array[index:index + 16:2] as a vector (it reads array[index + 15] too)."""
+    def codegen(context, builder, sig, args):
+        pointer = _element_pointer(context, builder, sig.args[0], args[0], args[1])
+        wide = ir.VectorType(ir.FloatType(), 2 * WIDTH)
+        pairs = builder.load(builder.bitcast(pointer, wide.as_pointer()), align=4)
+        even = ir.Constant(ir.VectorType(ir.IntType(32), WIDTH), list(range(0, 2 * WIDTH, 2)))
+        return builder.shuffle_vector(pairs, ir.Constant(wide, ir.Undefined), even)
+    return float32x8(array, index), codegen
+
+
+@intrinsic
 def vstore(typingctx, array, index, vector):
     """array[index:index + 8] = vector."""
     def codegen(context, builder, sig, args):
@@ -63,11 +75,39 @@ def vstore(typingctx, array, index, vector):
 def vsplat(typingctx, array, index):
     """array[index] in all eight lanes."""
     def codegen(context, builder, sig, args):
-        value = builder.load(_element_pointer(context, builder, sig.args[0], args[0], args[1]))
-        lane0 = builder.insert_element(ir.Constant(_VECTOR, ir.Undefined), value, ir.Constant(ir.IntType(32), 0))
-        zeros = ir.Constant(ir.VectorType(ir.IntType(32), WIDTH), [0] * WIDTH)
-        return builder.shuffle_vector(lane0, ir.Constant(_VECTOR, ir.Undefined), zeros)
+        return _splat(builder, builder.load(_element_pointer(context, builder, sig.args[0], args[0], args[1])))
     return float32x8(array, index), codegen
+
+
+def _splat(builder, value):
+    lane0 = builder.insert_element(ir.Constant(_VECTOR, ir.Undefined), value, ir.Constant(ir.IntType(32), 0))
+    zeros = ir.Constant(ir.VectorType(ir.IntType(32), WIDTH), [0] * WIDTH)
+    return builder.shuffle_vector(lane0, ir.Constant(_VECTOR, ir.Undefined), zeros)
+
+
+@intrinsic
+def vfull(typingctx, value):
+    """The float32 ``value`` in all eight lanes."""
+    def codegen(context, builder, sig, args):
+        return _splat(builder, args[0])
+    return float32x8(types.float32), codegen
+
+
+@intrinsic
+def vramp(typingctx, start, step):
+    """start + lane * step for lanes 0 .. 7 (float32 arithmetic)."""
+    def codegen(context, builder, sig, args):
+        lanes = ir.Constant(_VECTOR, [float(i) for i in range(WIDTH)])
+        return builder.fadd(_splat(builder, args[0]), builder.fmul(lanes, _splat(builder, args[1])))
+    return float32x8(types.float32, types.float32), codegen
+
+
+@intrinsic
+def vwhere_gt(typingctx, x, y, a, b):
+    """Per lane: a where x > y (ordered: never for a NaN), else b."""
+    def codegen(context, builder, sig, args):
+        return builder.select(builder.fcmp_ordered('>', args[0], args[1]), args[2], args[3])
+    return float32x8(x, y, a, b), codegen
 
 
 @intrinsic
@@ -86,3 +126,19 @@ def vfma(typingctx, a, b, c):
                                              'llvm.fma.v8f32')
         return builder.call(fma, args)
     return float32x8(a, b, c), codegen
+
+
+@intrinsic
+def vadd(typingctx, a, b):
+    """a + b per lane."""
+    def codegen(context, builder, sig, args):
+        return builder.fadd(args[0], args[1])
+    return float32x8(a, b), codegen
+
+
+@intrinsic
+def vdiv(typingctx, a, b):
+    """a / b per lane."""
+    def codegen(context, builder, sig, args):
+        return builder.fdiv(args[0], args[1])
+    return float32x8(a, b), codegen
