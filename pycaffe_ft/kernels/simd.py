@@ -13,7 +13,8 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic, models, register_model
 
-__all__ = ['vload', 'vload_even', 'vstore', 'vsplat', 'vfull', 'vramp', 'vzero', 'vfma', 'vadd', 'vdiv', 'vwhere_gt', 'WIDTH']
+__all__ = ['vload', 'vload_even', 'vstore', 'vsplat', 'vfull', 'vramp', 'vzero', 'vfma', 'vadd', 'vsub', 'vmul', 'vdiv', 'vwhere_gt', 'vtranspose',
+           'WIDTH']
 
 WIDTH = 8
 _VECTOR = ir.VectorType(ir.FloatType(), WIDTH)
@@ -142,3 +143,45 @@ def vdiv(typingctx, a, b):
     def codegen(context, builder, sig, args):
         return builder.fdiv(args[0], args[1])
     return float32x8(a, b), codegen
+
+
+@intrinsic
+def vsub(typingctx, a, b):
+    """a - b per lane."""
+    def codegen(context, builder, sig, args):
+        return builder.fsub(args[0], args[1])
+    return float32x8(a, b), codegen
+
+
+@intrinsic
+def vmul(typingctx, a, b):
+    """a * b per lane (rounded on its own: no fusing with a later add)."""
+    def codegen(context, builder, sig, args):
+        return builder.fmul(args[0], args[1])
+    return float32x8(a, b), codegen
+
+
+def _shuffle(builder, a, b, lanes):
+    return builder.shuffle_vector(a, b, ir.Constant(ir.VectorType(ir.IntType(32), WIDTH), lanes))
+
+
+@intrinsic
+def vtranspose(typingctx, r0, r1, r2, r3, r4, r5, r6, r7):
+    """The 8 x 8 transpose: lane j of result i = lane i of argument j."""
+    def codegen(context, builder, sig, args):
+        lo, hi = [0, 8, 1, 9, 4, 12, 5, 13], [2, 10, 3, 11, 6, 14, 7, 15]
+        t = []
+        for i in range(0, 8, 2):
+            t += [_shuffle(builder, args[i], args[i + 1], lo), _shuffle(builder, args[i], args[i + 1], hi)]
+        first, second = [0, 1, 8, 9, 4, 5, 12, 13], [2, 3, 10, 11, 6, 7, 14, 15]
+        s = []
+        for a, b in ((t[0], t[2]), (t[1], t[3]), (t[4], t[6]), (t[5], t[7])):
+            s += [_shuffle(builder, a, b, first), _shuffle(builder, a, b, second)]
+        # s: rows 0-3 of columns (0|4), (1|5), (2|6), (3|7); then rows 4-7 of the same
+        low, high = [0, 1, 2, 3, 8, 9, 10, 11], [4, 5, 6, 7, 12, 13, 14, 15]
+        out = [None] * 8
+        for j in range(4):
+            out[j] = _shuffle(builder, s[j], s[j + 4], low)
+            out[j + 4] = _shuffle(builder, s[j], s[j + 4], high)
+        return context.make_tuple(builder, sig.return_type, out)
+    return types.UniTuple(float32x8, 8)(r0, r1, r2, r3, r4, r5, r6, r7), codegen

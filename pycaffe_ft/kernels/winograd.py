@@ -17,6 +17,8 @@ it vectorizes). The kernels never allocate (the caller passes scratch) and relea
 import numpy as np
 from numba import njit
 
+from .simd import vadd, vfull, vload, vmul, vstore, vsub, vtranspose
+
 _at = np.uint64  # unsigned offsets: no negative-index wraparound test, so the loops vectorize
 
 INPUT_6, INPUT_4, DIFF_6, DIFF_4, OUTPUT_6, OUTPUT_4 = range(6)
@@ -104,15 +106,90 @@ def _output_4(src, s, pair, odd, dst, d, ds, c):
     dst[_at(d + ds + c)] = x1 - x2 + x3
 
 
-_BLOCK = 16  # channels per unrolled block: a fixed trip count that the compiler turns into vectors
+@njit(cache=True, nogil=True, inline='always')
+def _vtaps2(src, s, pair, odd, c):
+    return vload(src, s + c), vload(src, s + odd + c)
 
 
 @njit(cache=True, nogil=True, inline='always')
-def _over_channels(one, src, s, pair, odd, dst, d, ds, channels):
-    full = channels - channels % _BLOCK
-    for c0 in range(0, full, _BLOCK):
-        for c in range(c0, c0 + _BLOCK):
-            one(src, s, pair, odd, dst, d, ds, c)
+def _vtaps4(src, s, pair, odd, c):
+    x0, x1 = _vtaps2(src, s, pair, odd, c)
+    x2, x3 = _vtaps2(src, s + pair, pair, odd, c)
+    return x0, x1, x2, x3
+
+
+@njit(cache=True, nogil=True, inline='always')
+def _vtaps6(src, s, pair, odd, c):
+    x0, x1, x2, x3 = _vtaps4(src, s, pair, odd, c)
+    x4, x5 = _vtaps2(src, s + 2 * pair, pair, odd, c)
+    return x0, x1, x2, x3, x4, x5
+
+
+# The same transforms on eight channels at once, each written as the scalar one above (the
+# same operations in the same order, no fused multiply-add): the same bits per channel.
+
+@njit(cache=True, nogil=True, inline='always')
+def _input_6_vector(src, s, pair, odd, dst, d, ds, c):
+    x0, x1, x2, x3, x4, x5 = _vtaps6(src, s, pair, odd, c)
+    vstore(dst, d + c, vsub(vadd(vadd(x0, x4), vmul(vfull(_1_5), vsub(x3, x1))), vmul(vfull(np.float32(2.0)), x2)))
+    vstore(dst, d + ds + c, vadd(vadd(vsub(x4, x1), vmul(vfull(np.float32(0.5)), x2)), vmul(vfull(_2_5), x3)))
+    vstore(dst, d + 2 * ds + c, vadd(vsub(vadd(x1, x4), vmul(vfull(_2_5), x2)), vmul(vfull(np.float32(0.5)), x3)))
+    vstore(dst, d + 3 * ds + c, vadd(vsub(x4, x2), vmul(vfull(np.float32(2.0)), vsub(x3, x1))))
+    vstore(dst, d + 4 * ds + c, vadd(vsub(x4, x2), vmul(vfull(np.float32(0.5)), vsub(x1, x3))))
+    vstore(dst, d + 5 * ds + c, vsub(vadd(vadd(x1, x5), vmul(vfull(_1_5), vsub(x4, x2))), vmul(vfull(np.float32(2.0)), x3)))
+
+
+@njit(cache=True, nogil=True, inline='always')
+def _input_4_vector(src, s, pair, odd, dst, d, ds, c):
+    x0, x1, x2, x3 = _vtaps4(src, s, pair, odd, c)
+    vstore(dst, d + c, vsub(x2, x0))
+    vstore(dst, d + ds + c, vadd(x1, x2))
+    vstore(dst, d + 2 * ds + c, vsub(x2, x1))
+    vstore(dst, d + 3 * ds + c, vsub(x3, x1))
+
+
+@njit(cache=True, nogil=True, inline='always')
+def _diff_6_vector(src, s, pair, odd, dst, d, ds, c):
+    x0, x1 = _vtaps2(src, s, pair, odd, c)
+    vstore(dst, d + c, x0)
+    vstore(dst, d + ds + c, vmul(vfull(_THIRD), vadd(x0, x1)))
+    vstore(dst, d + 2 * ds + c, vmul(vfull(_THIRD), vsub(x1, x0)))
+    vstore(dst, d + 3 * ds + c, vmul(vfull(-_FIFTEENTH), vadd(vmul(vfull(np.float32(16.0)), x0),
+                                                             vmul(vfull(np.float32(8.0)), x1))))
+    vstore(dst, d + 4 * ds + c, vmul(vfull(_FIFTEENTH), vsub(x0, vmul(vfull(np.float32(2.0)), x1))))
+    vstore(dst, d + 5 * ds + c, x1)
+
+
+@njit(cache=True, nogil=True, inline='always')
+def _diff_4_vector(src, s, pair, odd, dst, d, ds, c):
+    x0, x1 = _vtaps2(src, s, pair, odd, c)
+    vstore(dst, d + c, vsub(vfull(np.float32(-0.0)), x0))  # -x0, zeros' signs included
+    vstore(dst, d + ds + c, vmul(vfull(np.float32(0.5)), vadd(x0, x1)))
+    vstore(dst, d + 2 * ds + c, vmul(vfull(np.float32(0.5)), vsub(x0, x1)))
+    vstore(dst, d + 3 * ds + c, x1)
+
+
+@njit(cache=True, nogil=True, inline='always')
+def _output_6_vector(src, s, pair, odd, dst, d, ds, c):
+    x0, x1, x2, x3, x4, x5 = _vtaps6(src, s, pair, odd, c)
+    vstore(dst, d + c, vadd(vadd(vadd(vadd(x0, x1), x2), x3), x4))
+    vstore(dst, d + ds + c, vadd(vsub(vadd(vsub(x1, x2), vmul(vfull(np.float32(0.5)), x3)),
+                                      vmul(vfull(np.float32(2.0)), x4)), x5))
+
+
+@njit(cache=True, nogil=True, inline='always')
+def _output_4_vector(src, s, pair, odd, dst, d, ds, c):
+    x0, x1, x2, x3 = _vtaps4(src, s, pair, odd, c)
+    vstore(dst, d + c, vadd(vadd(x0, x1), x2))
+    vstore(dst, d + ds + c, vadd(vsub(x1, x2), x3))
+
+
+@njit(cache=True, nogil=True, inline='always')
+def _over_channels(one, one_vector, src, s, pair, odd, dst, d, ds, channels):
+    """``one`` for every channel: eight at a time as vectors, the rest one by one."""
+    full = channels - channels % 8
+    for c0 in range(0, full, 8):
+        one_vector(src, s, pair, odd, dst, d, ds, c0)
     for c in range(full, channels):
         one(src, s, pair, odd, dst, d, ds, c)
 
@@ -126,55 +203,120 @@ def _line(kind, src, s, ss, dst, d, ds, channels, odd=-1):
         odd = ss
         ss = 2 * ss
     if kind == INPUT_6:
-        _over_channels(_input_6, src, s, ss, odd, dst, d, ds, channels)
+        _over_channels(_input_6, _input_6_vector, src, s, ss, odd, dst, d, ds, channels)
     elif kind == INPUT_4:
-        _over_channels(_input_4, src, s, ss, odd, dst, d, ds, channels)
+        _over_channels(_input_4, _input_4_vector, src, s, ss, odd, dst, d, ds, channels)
     elif kind == DIFF_6:
-        _over_channels(_diff_6, src, s, ss, odd, dst, d, ds, channels)
+        _over_channels(_diff_6, _diff_6_vector, src, s, ss, odd, dst, d, ds, channels)
     elif kind == DIFF_4:
-        _over_channels(_diff_4, src, s, ss, odd, dst, d, ds, channels)
+        _over_channels(_diff_4, _diff_4_vector, src, s, ss, odd, dst, d, ds, channels)
     elif kind == OUTPUT_6:
-        _over_channels(_output_6, src, s, ss, odd, dst, d, ds, channels)
+        _over_channels(_output_6, _output_6_vector, src, s, ss, odd, dst, d, ds, channels)
     else:
-        _over_channels(_output_4, src, s, ss, odd, dst, d, ds, channels)
+        _over_channels(_output_4, _output_4_vector, src, s, ss, odd, dst, d, ds, channels)
+
+
+@njit(cache=True, nogil=True, inline='always')
+def _split_column(row, col, half_w):
+    """Where column ``col`` of a row starting at pixel ``row`` is stored when the even
+    columns come first, then the odd ones."""
+    return row + (col % 2) * half_w + col // 2
 
 
 @njit(cache=True, nogil=True)
 def to_channels_last(src, num, channels, height, width, top, left, padded_h, padded_w, dst):
     """dst = src (N, C, H, W) placed at row ``top``, column ``left`` of a zero image
     (N, padded_h, padded_w, C) whose columns are stored split, the even ones first, then the
-    odd ones: dst[n, y, x % 2, x // 2, c] (``padded_w`` even). Parts beyond it are dropped."""
+    odd ones: dst[n, y, x % 2, x // 2, c] (``padded_w`` even). Parts beyond it are dropped.
+    Blocks of 8 channels x 8 columns go through an 8 x 8 vector transpose."""
     plane = height * width
     half_w = padded_w // 2
+    vector_channels = channels - channels % 8
     for i in range(num * padded_h * padded_w * channels):
         dst[_at(i)] = 0.0
+    x_lo, x_hi = max(0, -left), min(width, padded_w - left)
     for n in range(num):
         for y in range(max(0, -top), min(height, padded_h - top)):
             row = (n * padded_h + y + top) * padded_w
-            for x in range(max(0, -left), min(width, padded_w - left)):
-                col = x + left
-                d0 = (row + (col % 2) * half_w + col // 2) * channels
-                s0 = n * channels * plane + y * width + x
-                for c in range(channels):
-                    dst[_at(d0 + c)] = src[_at(s0 + c * plane)]
+            for c0 in range(0, vector_channels, 8):
+                s0 = (n * channels + c0) * plane + y * width
+                x = x_lo
+                while x + 8 <= x_hi:
+                    w0, w1, w2, w3, w4, w5, w6, w7 = vtranspose(
+                        vload(src, s0 + x), vload(src, s0 + plane + x), vload(src, s0 + 2 * plane + x),
+                        vload(src, s0 + 3 * plane + x), vload(src, s0 + 4 * plane + x),
+                        vload(src, s0 + 5 * plane + x), vload(src, s0 + 6 * plane + x),
+                        vload(src, s0 + 7 * plane + x))
+                    col = x + left
+                    vstore(dst, _split_column(row, col, half_w) * channels + c0, w0)
+                    vstore(dst, _split_column(row, col + 1, half_w) * channels + c0, w1)
+                    vstore(dst, _split_column(row, col + 2, half_w) * channels + c0, w2)
+                    vstore(dst, _split_column(row, col + 3, half_w) * channels + c0, w3)
+                    vstore(dst, _split_column(row, col + 4, half_w) * channels + c0, w4)
+                    vstore(dst, _split_column(row, col + 5, half_w) * channels + c0, w5)
+                    vstore(dst, _split_column(row, col + 6, half_w) * channels + c0, w6)
+                    vstore(dst, _split_column(row, col + 7, half_w) * channels + c0, w7)
+                    x += 8
+                for xx in range(x, x_hi):
+                    d0 = _split_column(row, xx + left, half_w) * channels
+                    for c in range(c0, c0 + 8):
+                        dst[_at(d0 + c)] = src[_at((n * channels + c) * plane + y * width + xx)]
+            for xx in range(x_lo, x_hi):
+                d0 = _split_column(row, xx + left, half_w) * channels
+                for c in range(vector_channels, channels):
+                    dst[_at(d0 + c)] = src[_at((n * channels + c) * plane + y * width + xx)]
 
 
 @njit(cache=True, nogil=True)
 def from_channels_last(src, num, channels, src_h, src_w, height, width, bias, use_bias, dst):
     """dst (N, C, H, W) = the top-left H x W of src (N, src_h, src_w, C) (columns split as
-    :func:`to_channels_last` stores them), + bias[c]."""
+    :func:`to_channels_last` stores them), + bias[c] (0 without ``use_bias``). Blocks of
+    8 columns x 8 channels go through an 8 x 8 vector transpose."""
     half_w = src_w // 2
+    plane = height * width
+    vector_channels = channels - channels % 8
     for n in range(num):
-        for c in range(channels):
-            b = bias[c] if use_bias else np.float32(0.0)
-            for y in range(height):
-                d0 = ((n * channels + c) * height + y) * width
-                s0 = (n * src_h + y) * src_w * channels + c
-                for x in range(0, width - 1, 2):
-                    dst[_at(d0 + x)] = src[_at(s0 + x // 2 * channels)] + b
-                    dst[_at(d0 + x + 1)] = src[_at(s0 + (half_w + x // 2) * channels)] + b
-                if width % 2:
-                    dst[_at(d0 + width - 1)] = src[_at(s0 + (width - 1) // 2 * channels)] + b
+        for y in range(height):
+            row = (n * src_h + y) * src_w
+            for c0 in range(0, vector_channels, 8):
+                d0 = ((n * channels + c0) * height + y) * width
+                x = 0
+                while x + 8 <= width:
+                    w0, w1, w2, w3, w4, w5, w6, w7 = vtranspose(
+                        vload(src, _split_column(row, x, half_w) * channels + c0),
+                        vload(src, _split_column(row, x + 1, half_w) * channels + c0),
+                        vload(src, _split_column(row, x + 2, half_w) * channels + c0),
+                        vload(src, _split_column(row, x + 3, half_w) * channels + c0),
+                        vload(src, _split_column(row, x + 4, half_w) * channels + c0),
+                        vload(src, _split_column(row, x + 5, half_w) * channels + c0),
+                        vload(src, _split_column(row, x + 6, half_w) * channels + c0),
+                        vload(src, _split_column(row, x + 7, half_w) * channels + c0))
+                    vstore(dst, d0 + x, vadd(w0, vfull(_bias(bias, use_bias, c0))))
+                    vstore(dst, d0 + plane + x, vadd(w1, vfull(_bias(bias, use_bias, c0 + 1))))
+                    vstore(dst, d0 + 2 * plane + x, vadd(w2, vfull(_bias(bias, use_bias, c0 + 2))))
+                    vstore(dst, d0 + 3 * plane + x, vadd(w3, vfull(_bias(bias, use_bias, c0 + 3))))
+                    vstore(dst, d0 + 4 * plane + x, vadd(w4, vfull(_bias(bias, use_bias, c0 + 4))))
+                    vstore(dst, d0 + 5 * plane + x, vadd(w5, vfull(_bias(bias, use_bias, c0 + 5))))
+                    vstore(dst, d0 + 6 * plane + x, vadd(w6, vfull(_bias(bias, use_bias, c0 + 6))))
+                    vstore(dst, d0 + 7 * plane + x, vadd(w7, vfull(_bias(bias, use_bias, c0 + 7))))
+                    x += 8
+                for c in range(c0, c0 + 8):
+                    _from_columns(src, row, half_w, channels, c, x, width, _bias(bias, use_bias, c),
+                                  dst, ((n * channels + c) * height + y) * width)
+            for c in range(vector_channels, channels):
+                _from_columns(src, row, half_w, channels, c, 0, width, _bias(bias, use_bias, c),
+                              dst, ((n * channels + c) * height + y) * width)
+
+
+@njit(cache=True, nogil=True, inline='always')
+def _bias(bias, use_bias, c):
+    return bias[c] if use_bias else np.float32(0.0)
+
+
+@njit(cache=True, nogil=True, inline='always')
+def _from_columns(src, row, half_w, channels, c, x_lo, width, b, dst, d0):
+    for x in range(x_lo, width):
+        dst[_at(d0 + x)] = src[_at(_split_column(row, x, half_w) * channels + c)] + b
 
 
 @njit(cache=True, nogil=True)
