@@ -224,6 +224,25 @@ def _split_column(row, col, half_w):
 
 
 @njit(cache=True, nogil=True)
+def _zero_border(dst, num, channels, padded_h, padded_w, row_lo, row_hi, col_lo, col_hi):
+    """Zero every pixel of dst (N, padded_h, padded_w split, C) outside rows [row_lo, row_hi)
+    x columns [col_lo, col_hi): the rest is about to be written."""
+    half_w = padded_w // 2
+    for n in range(num):
+        for y in range(padded_h):
+            row = (n * padded_h + y) * padded_w
+            if row_lo <= y < row_hi and col_lo < col_hi:
+                for col in range(padded_w):
+                    if col < col_lo or col >= col_hi:
+                        d0 = _split_column(row, col, half_w) * channels
+                        for c in range(channels):
+                            dst[_at(d0 + c)] = 0.0
+            else:
+                for i in range(row * channels, (row + padded_w) * channels):
+                    dst[_at(i)] = 0.0
+
+
+@njit(cache=True, nogil=True)
 def to_channels_last(src, num, channels, height, width, top, left, padded_h, padded_w, dst):
     """dst = src (N, C, H, W) placed at row ``top``, column ``left`` of a zero image
     (N, padded_h, padded_w, C) whose columns are stored split, the even ones first, then the
@@ -232,9 +251,9 @@ def to_channels_last(src, num, channels, height, width, top, left, padded_h, pad
     plane = height * width
     half_w = padded_w // 2
     vector_channels = channels - channels % 8
-    for i in range(num * padded_h * padded_w * channels):
-        dst[_at(i)] = 0.0
     x_lo, x_hi = max(0, -left), min(width, padded_w - left)
+    _zero_border(dst, num, channels, padded_h, padded_w, max(0, top), min(padded_h, top + height),
+                 x_lo + left, x_hi + left)
     for n in range(num):
         for y in range(max(0, -top), min(height, padded_h - top)):
             row = (n * padded_h + y + top) * padded_w
