@@ -381,3 +381,65 @@ def tile_inverse(prod, num, channels, kind, alpha, tiles_h, tiles_w, half, dst):
             for u in range(2):
                 _line(kind, half, u * alpha * run, run, dst,
                       (n * 2 * tiles_h + 2 * i + u) * out_w * channels, run, run)
+
+
+@njit(cache=True, nogil=True)
+def weight_tiles(w, g_matrix, groups, flip, out):
+    """out[p*alpha + q, group, c, o] = (G w[o, c] G^T)[p, q] in float64, rounded once, for the
+    weights w (K, C/groups, r, r) and G = ``g_matrix`` (alpha, r), o within its group; with
+    ``flip``, of the rotated weights into out[.., group, o, c] (the bottom diff's
+    convolution). out is (alpha*alpha, groups, C/groups, K/groups), or (.., K/groups,
+    C/groups) with ``flip``; all C-contiguous (read flat)."""
+    k, c_in, r = w.shape[0], w.shape[1], w.shape[2]
+    alpha = g_matrix.shape[0]
+    per_group = k // groups
+    flat_w, flat_g, flat_out = w.reshape(-1), g_matrix.reshape(-1), out.reshape(-1)
+    taps = np.empty(r * r)
+    half = np.empty(alpha * r)
+    position = groups * c_in * per_group  # out's stride between transformed positions
+    for gi in range(groups):
+        for o in range(per_group):
+            for c in range(c_in):
+                base = ((gi * per_group + o) * c_in + c) * r * r
+                for j in range(r * r):
+                    taps[j] = flat_w[_at(base + (r * r - 1 - j if flip else j))]
+                for p in range(alpha):  # half = G w
+                    for b in range(r):
+                        total = 0.0
+                        for a in range(r):
+                            total += flat_g[p * r + a] * taps[a * r + b]
+                        half[p * r + b] = total
+                inner = (gi * per_group + o) * c_in + c if flip else (gi * c_in + c) * per_group + o
+                for p in range(alpha):  # (G w) G^T
+                    for q in range(alpha):
+                        total = 0.0
+                        for b in range(r):
+                            total += half[p * r + b] * flat_g[q * r + b]
+                        flat_out[_at((p * alpha + q) * position + inner)] = total
+
+
+@njit(cache=True, nogil=True)
+def weight_gradient_from_tiles(m, a_t, out):
+    """out[o, c] = A^T m[:, :, o, c] A in float64, rounded once: the weight gradient (K, C, r, r)
+    from the summed products m (alpha, alpha, K, C), A^T = ``a_t`` (r, alpha); all
+    C-contiguous (read flat)."""
+    alpha, r = m.shape[0], a_t.shape[0]
+    pairs = m.shape[2] * m.shape[3]
+    flat_m, flat_a, flat_out = m.reshape(-1), a_t.reshape(-1), out.reshape(-1)
+    taps = np.empty(alpha * alpha)
+    half = np.empty(r * alpha)
+    for i in range(pairs):
+        for j in range(alpha * alpha):
+            taps[j] = flat_m[_at(j * pairs + i)]
+        for u in range(r):  # half = A^T m
+            for q in range(alpha):
+                total = 0.0
+                for p in range(alpha):
+                    total += flat_a[u * alpha + p] * taps[p * alpha + q]
+                half[u * alpha + q] = total
+        for u in range(r):  # (A^T m) A
+            for v in range(r):
+                total = 0.0
+                for q in range(alpha):
+                    total += half[u * alpha + q] * flat_a[v * alpha + q]
+                flat_out[_at((i * r + u) * r + v)] = total

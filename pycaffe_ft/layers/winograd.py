@@ -154,13 +154,10 @@ class Winograd:
         ``flip``, of the rotated, transposed weights (the bottom diff's convolution)."""
         g = self.group
         k, c = w.shape[:2]
-        w = w.astype(np.float64).reshape(g, k // g, c, self.r, self.r)
-        spec = 'pa,gocab,qb->pqgco'
-        if flip:
-            w = w[..., ::-1, ::-1]
-            spec = 'pa,gocab,qb->pqgoc'
-        u = np.einsum(spec, self.g, w, self.g, optimize=True)
-        return np.ascontiguousarray(u, np.float32).reshape(self.alpha * self.alpha, g, *u.shape[3:])
+        shape = (self.alpha * self.alpha, g) + ((k // g, c) if flip else (c, k // g))
+        u = np.empty(shape, np.float32)
+        kernels.weight_tiles(np.ascontiguousarray(w), self.g, g, flip, u)
+        return u
 
     # -- the pieces -------------------------------------------------------------------------------
     def _input_tiles(self, x, channels, in_hw, pad, tiles, name):
@@ -264,6 +261,6 @@ class Winograd:
                              part[xi, gi])
             return part
         total = sum_in_chunk_order(run_chunks(chunk, self._chunks(num, channels, k, out_hw)))
-        m = total.astype(np.float64).reshape(a, a, k, ci)
-        return np.einsum('up,pqoc,vq->ocuv', self.weight_a_t, m, self.weight_a_t,
-                         optimize=True).astype(np.float32)
+        grad = np.empty((k, ci, self.r, self.r), np.float32)
+        kernels.weight_gradient_from_tiles(total.reshape(a, a, k, ci), self.weight_a_t, grad)
+        return grad
