@@ -1,6 +1,8 @@
 """Elementwise neuron layers, with Caffe's exact forward/backward formulas (and its kinks)."""
 import numpy as np
 
+from ..intra_op import for_images
+from ..kernels.relu import relu_backward, relu_forward
 from ..proto import caffe_pb2
 from ..registry import LAYERS
 from .base import NeuronLayer
@@ -10,6 +12,15 @@ __all__ = ['ReLULayer', 'SigmoidLayer', 'TanHLayer', 'AbsValLayer', 'BNLLLayer',
            'DropoutLayer', 'PReLULayer']
 
 f32 = np.float32
+
+
+def _per_image(kernel, *arrays):
+    """kernel(*flat slices) over ranges of images on the intra-op threads (arrays of one shape,
+    C-contiguous; in place allowed: elementwise kernels)."""
+    if arrays[0].size == 0:
+        return
+    rows = [a.reshape(a.shape[0] if a.ndim else 1, -1) for a in arrays]
+    for_images(lambda lo, hi: kernel(*(r[lo:hi].reshape(-1) for r in rows)), rows[0].shape[0], rows[0].shape[1])
 
 
 class _SavedBottomNeuron(NeuronLayer):
@@ -35,7 +46,7 @@ class ReLULayer(NeuronLayer):
         slope = self.layer_param.relu_param.negative_slope
         x = bottom[0].data
         if slope == 0:
-            np.maximum(x, 0, out=top[0].data)
+            _per_image(relu_forward, x, top[0].data)
         else:
             top[0].data[...] = np.where(x > 0, x, x * f32(slope))
 
@@ -44,9 +55,9 @@ class ReLULayer(NeuronLayer):
             return
         slope = self.layer_param.relu_param.negative_slope
         x = bottom[0].data  # in place this is the top data: the sign test is the same
-        dy = top[0].diff
+        dy, dx = top[0].diff, bottom[0].diff
         if slope == 0:
-            np.multiply(dy, x > 0, out=bottom[0].diff)
+            _per_image(relu_backward, x, dy, dx)
         else:
             bottom[0].diff[...] = np.where(x > 0, dy, dy * f32(slope))
 
