@@ -29,6 +29,39 @@ def _block_start(ox, lo, hi, size):
 
 
 @njit(cache=True, nogil=True, inline='always')
+def _with_width(block, x, in_base, h0, h1, width, kw, pw, sw, ox, out, extra, o):
+    """block(...) with the window width as a constant where it is 3 or 2 (the kx loop
+    unrolls)."""
+    if kw == 3:
+        block(x, in_base, h0, h1, width, 3, pw, sw, ox, out, extra, o)
+    elif kw == 2:
+        block(x, in_base, h0, h1, width, 2, pw, sw, ox, out, extra, o)
+    else:
+        block(x, in_base, h0, h1, width, kw, pw, sw, ox, out, extra, o)
+
+
+@njit(cache=True, nogil=True, inline='always')
+def _inner_blocks(eight, four, x, in_base, h0, h1, width, kw, pw, sw, lo, hi, out, extra, o):
+    """The inner outputs [lo, hi) of one output row (rows h0 .. h1-1 of the plane at in_base):
+    eight at a time as vector lanes where the stride is 1 or 2 and the block's loads stay in
+    the array, then four at a time, each kind's last block overlapping; with fewer than four
+    the caller's one-by-one path takes them."""
+    ox = lo
+    # the last element a block reads (stride 2: one past its last window)
+    far = in_base + (h1 - 1) * width + kw - 1 - pw + (15 if sw == 2 else 7)
+    while sw <= 2 and hi - lo >= 8 and ox < hi:
+        start = _block_start(ox, lo, hi, 8)
+        if far + start * sw >= x.size:
+            break
+        _with_width(eight, x, in_base, h0, h1, width, kw, pw, sw, start, out, extra, o)
+        ox = start + 8
+    while hi - lo >= 4 and ox < hi:
+        start = _block_start(ox, lo, hi, 4)
+        _with_width(four, x, in_base, h0, h1, width, kw, pw, sw, start, out, extra, o)
+        ox = start + 4
+
+
+@njit(cache=True, nogil=True, inline='always')
 def _four_max_windows(x, in_base, hstart, hend, width, kw, pw, sw, ox, y, mask, o):
     """Outputs o + ox .. o + ox + 3 (windows inside the image columns): four independent
     compare-and-select chains, each over its window in row-major order. Inlined with a
@@ -94,29 +127,8 @@ def max_pool_forward(x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, ou
             hend = min(hstart + kh, height)
             hstart = max(hstart, 0)
             o = (plane * out_h + oy) * out_w
-            ox = lo
-            # the last element a block reads (stride 2: one past its last window), in the array
-            far = in_base + (hend - 1) * width + kw - 1 - pw + (15 if sw == 2 else 7)
-            while sw <= 2 and hi - lo >= 8 and ox < hi:
-                start = _block_start(ox, lo, hi, 8)
-                if far + start * sw >= x.size:
-                    break
-                if kw == 3:
-                    _eight_max_windows(x, in_base, hstart, hend, width, 3, pw, sw, start, y, mask, o)
-                elif kw == 2:
-                    _eight_max_windows(x, in_base, hstart, hend, width, 2, pw, sw, start, y, mask, o)
-                else:
-                    _eight_max_windows(x, in_base, hstart, hend, width, kw, pw, sw, start, y, mask, o)
-                ox = start + 8
-            while hi - lo >= 4 and ox < hi:
-                start = _block_start(ox, lo, hi, 4)
-                if kw == 3:
-                    _four_max_windows(x, in_base, hstart, hend, width, 3, pw, sw, start, y, mask, o)
-                elif kw == 2:
-                    _four_max_windows(x, in_base, hstart, hend, width, 2, pw, sw, start, y, mask, o)
-                else:
-                    _four_max_windows(x, in_base, hstart, hend, width, kw, pw, sw, start, y, mask, o)
-                ox = start + 4
+            _inner_blocks(_eight_max_windows, _four_max_windows, x, in_base, hstart, hend, width, kw, pw,
+                          sw, lo, hi, y, mask, o)
             for ox in range(out_w):
                 if lo <= ox < hi and hi - lo >= 4:
                     continue
@@ -160,7 +172,7 @@ def _ave_span(o, stride, pad, kernel, size):
 
 
 @njit(cache=True, nogil=True, inline='always')
-def _eight_ave_windows(x, in_base, h0, h1, width, kw, pw, sw, ox, size, y, o):
+def _eight_ave_windows(x, in_base, h0, h1, width, kw, pw, sw, ox, y, size, o):
     """Outputs o + ox .. o + ox + 7 (stride 1 or 2) as vector lanes: each lane's sum in its
     window's row-major order, as the scalar path adds it."""
     total = vfull(np.float32(0.0))
@@ -172,7 +184,7 @@ def _eight_ave_windows(x, in_base, h0, h1, width, kw, pw, sw, ox, size, y, o):
 
 
 @njit(cache=True, nogil=True, inline='always')
-def _four_ave_windows(x, in_base, h0, h1, width, kw, pw, sw, ox, size, y, o):
+def _four_ave_windows(x, in_base, h0, h1, width, kw, pw, sw, ox, y, size, o):
     """Outputs o + ox .. o + ox + 3: four independent sums, each in its window order."""
     t0 = t1 = t2 = t3 = np.float32(0.0)
     for yy in range(h0, h1):
@@ -201,21 +213,8 @@ def ave_pool_forward(x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, ou
             h0, h1, rows = _ave_span(oy, sh, ph, kh, height)
             o = (plane * out_h + oy) * out_w
             size = np.float32(rows * kw)
-            ox = lo
-            far = in_base + (h1 - 1) * width + kw - 1 - pw + (15 if sw == 2 else 7)
-            while sw <= 2 and hi - lo >= 8 and ox < hi:
-                start = _block_start(ox, lo, hi, 8)
-                if far + start * sw >= x.size:
-                    break
-                if kw == 3:
-                    _eight_ave_windows(x, in_base, h0, h1, width, 3, pw, sw, start, size, y, o)
-                else:
-                    _eight_ave_windows(x, in_base, h0, h1, width, kw, pw, sw, start, size, y, o)
-                ox = start + 8
-            while hi - lo >= 4 and ox < hi:
-                start = _block_start(ox, lo, hi, 4)
-                _four_ave_windows(x, in_base, h0, h1, width, kw, pw, sw, start, size, y, o)
-                ox = start + 4
+            _inner_blocks(_eight_ave_windows, _four_ave_windows, x, in_base, h0, h1, width, kw, pw, sw,
+                          lo, hi, y, size, o)
             for ox in range(out_w):
                 if lo <= ox < hi and hi - lo >= 4:
                     continue

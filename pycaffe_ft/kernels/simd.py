@@ -129,36 +129,21 @@ def vfma(typingctx, a, b, c):
     return float32x8(a, b, c), codegen
 
 
-@intrinsic
-def vadd(typingctx, a, b):
-    """a + b per lane."""
-    def codegen(context, builder, sig, args):
-        return builder.fadd(args[0], args[1])
-    return float32x8(a, b), codegen
+def _lanewise(instruction, name, doc):
+    """An intrinsic applying the IR builder's float ``instruction`` lane by lane (each result
+    rounded on its own: no fusing with a later add)."""
+    def typer(typingctx, a, b):
+        def codegen(context, builder, sig, args):
+            return getattr(builder, instruction)(args[0], args[1])
+        return float32x8(a, b), codegen
+    typer.__name__, typer.__qualname__, typer.__doc__ = name, name, doc
+    return intrinsic(typer)
 
 
-@intrinsic
-def vdiv(typingctx, a, b):
-    """a / b per lane."""
-    def codegen(context, builder, sig, args):
-        return builder.fdiv(args[0], args[1])
-    return float32x8(a, b), codegen
-
-
-@intrinsic
-def vsub(typingctx, a, b):
-    """a - b per lane."""
-    def codegen(context, builder, sig, args):
-        return builder.fsub(args[0], args[1])
-    return float32x8(a, b), codegen
-
-
-@intrinsic
-def vmul(typingctx, a, b):
-    """a * b per lane (rounded on its own: no fusing with a later add)."""
-    def codegen(context, builder, sig, args):
-        return builder.fmul(args[0], args[1])
-    return float32x8(a, b), codegen
+vadd = _lanewise('fadd', 'vadd', 'a + b per lane.')
+vsub = _lanewise('fsub', 'vsub', 'a - b per lane.')
+vmul = _lanewise('fmul', 'vmul', 'a * b per lane.')
+vdiv = _lanewise('fdiv', 'vdiv', 'a / b per lane.')
 
 
 def _shuffle(builder, a, b, lanes):

@@ -33,28 +33,39 @@ _FIFTEENTH = np.float32(1.0 / 15.0)
 
 
 @njit(cache=True, nogil=True, inline='always')
-def _taps2(src, s, pair, odd, c):
-    """Taps 0 and 1 of channel c: tap b at s + (b // 2)*pair + (b % 2)*odd."""
-    return src[_at(s + c)], src[_at(s + odd + c)]
+def _scalar(src, i):
+    return src[_at(i)]
 
 
 @njit(cache=True, nogil=True, inline='always')
-def _taps4(src, s, pair, odd, c):
-    x0, x1 = _taps2(src, s, pair, odd, c)
-    x2, x3 = _taps2(src, s + pair, pair, odd, c)
+def _vector(src, i):
+    return vload(src, i)
+
+
+@njit(cache=True, nogil=True, inline='always')
+def _taps2(load, src, s, pair, odd, c):
+    """Taps 0 and 1 of channel c (``load``: :func:`_scalar`, or :func:`_vector` for channels
+    c .. c+7): tap b at s + (b // 2)*pair + (b % 2)*odd."""
+    return load(src, s + c), load(src, s + odd + c)
+
+
+@njit(cache=True, nogil=True, inline='always')
+def _taps4(load, src, s, pair, odd, c):
+    x0, x1 = _taps2(load, src, s, pair, odd, c)
+    x2, x3 = _taps2(load, src, s + pair, pair, odd, c)
     return x0, x1, x2, x3
 
 
 @njit(cache=True, nogil=True, inline='always')
-def _taps6(src, s, pair, odd, c):
-    x0, x1, x2, x3 = _taps4(src, s, pair, odd, c)
-    x4, x5 = _taps2(src, s + 2 * pair, pair, odd, c)
+def _taps6(load, src, s, pair, odd, c):
+    x0, x1, x2, x3 = _taps4(load, src, s, pair, odd, c)
+    x4, x5 = _taps2(load, src, s + 2 * pair, pair, odd, c)
     return x0, x1, x2, x3, x4, x5
 
 
 @njit(cache=True, nogil=True, inline='always')
 def _input_6(src, s, pair, odd, dst, d, ds, c):
-    x0, x1, x2, x3, x4, x5 = _taps6(src, s, pair, odd, c)
+    x0, x1, x2, x3, x4, x5 = _taps6(_scalar, src, s, pair, odd, c)
     dst[_at(d + c)] = x0 + x4 + _1_5 * (x3 - x1) - np.float32(2.0) * x2
     dst[_at(d + ds + c)] = x4 - x1 + np.float32(0.5) * x2 + _2_5 * x3
     dst[_at(d + 2 * ds + c)] = x1 + x4 - _2_5 * x2 + np.float32(0.5) * x3
@@ -65,7 +76,7 @@ def _input_6(src, s, pair, odd, dst, d, ds, c):
 
 @njit(cache=True, nogil=True, inline='always')
 def _input_4(src, s, pair, odd, dst, d, ds, c):
-    x0, x1, x2, x3 = _taps4(src, s, pair, odd, c)
+    x0, x1, x2, x3 = _taps4(_scalar, src, s, pair, odd, c)
     dst[_at(d + c)] = x2 - x0
     dst[_at(d + ds + c)] = x1 + x2
     dst[_at(d + 2 * ds + c)] = x2 - x1
@@ -74,7 +85,7 @@ def _input_4(src, s, pair, odd, dst, d, ds, c):
 
 @njit(cache=True, nogil=True, inline='always')
 def _diff_6(src, s, pair, odd, dst, d, ds, c):
-    x0, x1 = _taps2(src, s, pair, odd, c)
+    x0, x1 = _taps2(_scalar, src, s, pair, odd, c)
     dst[_at(d + c)] = x0
     dst[_at(d + ds + c)] = _THIRD * (x0 + x1)
     dst[_at(d + 2 * ds + c)] = _THIRD * (x1 - x0)
@@ -85,7 +96,7 @@ def _diff_6(src, s, pair, odd, dst, d, ds, c):
 
 @njit(cache=True, nogil=True, inline='always')
 def _diff_4(src, s, pair, odd, dst, d, ds, c):
-    x0, x1 = _taps2(src, s, pair, odd, c)
+    x0, x1 = _taps2(_scalar, src, s, pair, odd, c)
     dst[_at(d + c)] = -x0
     dst[_at(d + ds + c)] = np.float32(0.5) * (x0 + x1)
     dst[_at(d + 2 * ds + c)] = np.float32(0.5) * (x0 - x1)
@@ -94,35 +105,16 @@ def _diff_4(src, s, pair, odd, dst, d, ds, c):
 
 @njit(cache=True, nogil=True, inline='always')
 def _output_6(src, s, pair, odd, dst, d, ds, c):
-    x0, x1, x2, x3, x4, x5 = _taps6(src, s, pair, odd, c)
+    x0, x1, x2, x3, x4, x5 = _taps6(_scalar, src, s, pair, odd, c)
     dst[_at(d + c)] = x0 + x1 + x2 + x3 + x4
     dst[_at(d + ds + c)] = x1 - x2 + np.float32(0.5) * x3 - np.float32(2.0) * x4 + x5
 
 
 @njit(cache=True, nogil=True, inline='always')
 def _output_4(src, s, pair, odd, dst, d, ds, c):
-    x0, x1, x2, x3 = _taps4(src, s, pair, odd, c)
+    x0, x1, x2, x3 = _taps4(_scalar, src, s, pair, odd, c)
     dst[_at(d + c)] = x0 + x1 + x2
     dst[_at(d + ds + c)] = x1 - x2 + x3
-
-
-@njit(cache=True, nogil=True, inline='always')
-def _vtaps2(src, s, pair, odd, c):
-    return vload(src, s + c), vload(src, s + odd + c)
-
-
-@njit(cache=True, nogil=True, inline='always')
-def _vtaps4(src, s, pair, odd, c):
-    x0, x1 = _vtaps2(src, s, pair, odd, c)
-    x2, x3 = _vtaps2(src, s + pair, pair, odd, c)
-    return x0, x1, x2, x3
-
-
-@njit(cache=True, nogil=True, inline='always')
-def _vtaps6(src, s, pair, odd, c):
-    x0, x1, x2, x3 = _vtaps4(src, s, pair, odd, c)
-    x4, x5 = _vtaps2(src, s + 2 * pair, pair, odd, c)
-    return x0, x1, x2, x3, x4, x5
 
 
 # The same transforms on eight channels at once, each written as the scalar one above (the
@@ -130,7 +122,7 @@ def _vtaps6(src, s, pair, odd, c):
 
 @njit(cache=True, nogil=True, inline='always')
 def _input_6_vector(src, s, pair, odd, dst, d, ds, c):
-    x0, x1, x2, x3, x4, x5 = _vtaps6(src, s, pair, odd, c)
+    x0, x1, x2, x3, x4, x5 = _taps6(_vector, src, s, pair, odd, c)
     vstore(dst, d + c, vsub(vadd(vadd(x0, x4), vmul(vfull(_1_5), vsub(x3, x1))), vmul(vfull(np.float32(2.0)), x2)))
     vstore(dst, d + ds + c, vadd(vadd(vsub(x4, x1), vmul(vfull(np.float32(0.5)), x2)), vmul(vfull(_2_5), x3)))
     vstore(dst, d + 2 * ds + c, vadd(vsub(vadd(x1, x4), vmul(vfull(_2_5), x2)), vmul(vfull(np.float32(0.5)), x3)))
@@ -141,7 +133,7 @@ def _input_6_vector(src, s, pair, odd, dst, d, ds, c):
 
 @njit(cache=True, nogil=True, inline='always')
 def _input_4_vector(src, s, pair, odd, dst, d, ds, c):
-    x0, x1, x2, x3 = _vtaps4(src, s, pair, odd, c)
+    x0, x1, x2, x3 = _taps4(_vector, src, s, pair, odd, c)
     vstore(dst, d + c, vsub(x2, x0))
     vstore(dst, d + ds + c, vadd(x1, x2))
     vstore(dst, d + 2 * ds + c, vsub(x2, x1))
@@ -150,7 +142,7 @@ def _input_4_vector(src, s, pair, odd, dst, d, ds, c):
 
 @njit(cache=True, nogil=True, inline='always')
 def _diff_6_vector(src, s, pair, odd, dst, d, ds, c):
-    x0, x1 = _vtaps2(src, s, pair, odd, c)
+    x0, x1 = _taps2(_vector, src, s, pair, odd, c)
     vstore(dst, d + c, x0)
     vstore(dst, d + ds + c, vmul(vfull(_THIRD), vadd(x0, x1)))
     vstore(dst, d + 2 * ds + c, vmul(vfull(_THIRD), vsub(x1, x0)))
@@ -162,7 +154,7 @@ def _diff_6_vector(src, s, pair, odd, dst, d, ds, c):
 
 @njit(cache=True, nogil=True, inline='always')
 def _diff_4_vector(src, s, pair, odd, dst, d, ds, c):
-    x0, x1 = _vtaps2(src, s, pair, odd, c)
+    x0, x1 = _taps2(_vector, src, s, pair, odd, c)
     vstore(dst, d + c, vsub(vfull(np.float32(-0.0)), x0))  # -x0, zeros' signs included
     vstore(dst, d + ds + c, vmul(vfull(np.float32(0.5)), vadd(x0, x1)))
     vstore(dst, d + 2 * ds + c, vmul(vfull(np.float32(0.5)), vsub(x0, x1)))
@@ -171,7 +163,7 @@ def _diff_4_vector(src, s, pair, odd, dst, d, ds, c):
 
 @njit(cache=True, nogil=True, inline='always')
 def _output_6_vector(src, s, pair, odd, dst, d, ds, c):
-    x0, x1, x2, x3, x4, x5 = _vtaps6(src, s, pair, odd, c)
+    x0, x1, x2, x3, x4, x5 = _taps6(_vector, src, s, pair, odd, c)
     vstore(dst, d + c, vadd(vadd(vadd(vadd(x0, x1), x2), x3), x4))
     vstore(dst, d + ds + c, vadd(vsub(vadd(vsub(x1, x2), vmul(vfull(np.float32(0.5)), x3)),
                                       vmul(vfull(np.float32(2.0)), x4)), x5))
@@ -179,7 +171,7 @@ def _output_6_vector(src, s, pair, odd, dst, d, ds, c):
 
 @njit(cache=True, nogil=True, inline='always')
 def _output_4_vector(src, s, pair, odd, dst, d, ds, c):
-    x0, x1, x2, x3 = _vtaps4(src, s, pair, odd, c)
+    x0, x1, x2, x3 = _taps4(_vector, src, s, pair, odd, c)
     vstore(dst, d + c, vadd(vadd(x0, x1), x2))
     vstore(dst, d + ds + c, vadd(vsub(x1, x2), x3))
 
