@@ -205,11 +205,14 @@ class ConvolutionLayer(BaseConvolutionLayer):
                 and self.channels * self.kernel[0] * self.kernel[1] <= DIRECT_MAX_TAPS)
 
     def algorithms(self):
-        """(forward, backward): 'Winograd F(2x2, rxr)' or 'im2col', what the passes use now.
+        """(forward, backward): 'direct', 'Winograd F(2x2, rxr)' or 'im2col', what the passes
+        use now.
 
         Forward by Winograd only where nothing later picks by comparing values (see
         Layer.selects_by_value): flat image regions give exactly equal im2col sums, which max
-        pooling must resolve as Caffe does. Backward: see :meth:`backward`."""
+        pooling must resolve as Caffe does. The direct forward (:attr:`direct`) runs the same
+        chain of multiply-adds at every position, so equal patches keep equal sums there too.
+        Backward: see :meth:`backward`."""
         if self.direct:
             return 'direct', 'im2col'
         if self.winograd is None or not Winograd.pays(self.num * self.out_hw[0] * self.out_hw[1]):
