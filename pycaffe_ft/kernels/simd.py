@@ -1,5 +1,6 @@
-"""Eight-float vectors in Numba kernels: LLVM's ``<8 x float>`` as a Numba type, with load,
-store, splat, zero and fused multiply-add.
+"""Eight-float vectors in Numba kernels: LLVM's ``<8 x float>`` as a Numba type, with load
+(also of the even lanes of 16), store, splat, ramp, zero, fused multiply-add, lane-wise
+arithmetic, compare-and-select and an 8 x 8 transpose.
 
 Numba's loop vectorizer leaves register-blocked loops (a block of outputs kept in registers
 over a long reduction) scalar; these intrinsics write such loops with vectors directly. On a
@@ -13,8 +14,8 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic, models, register_model
 
-__all__ = ['vload', 'vload_even', 'vstore', 'vsplat', 'vfull', 'vramp', 'vzero', 'vfma', 'vadd', 'vsub', 'vmul', 'vdiv', 'vwhere_gt', 'vtranspose',
-           'WIDTH']
+__all__ = ['vload', 'vload_even', 'vstore', 'vsplat', 'vfull', 'vramp', 'vzero', 'vfma', 'vadd', 'vsub',
+           'vmul', 'vdiv', 'vwhere_gt', 'vtranspose', 'WIDTH']
 
 WIDTH = 8
 _VECTOR = ir.VectorType(ir.FloatType(), WIDTH)

@@ -268,14 +268,12 @@ def to_channels_last(src, num, channels, height, width, top, left, padded_h, pad
                     vstore(dst, _split_column(row, col + 6, half_w) * channels + c0, w6)
                     vstore(dst, _split_column(row, col + 7, half_w) * channels + c0, w7)
                     x += 8
-                for xx in range(x, x_hi):
-                    d0 = _split_column(row, xx + left, half_w) * channels
-                    for c in range(c0, c0 + 8):
-                        dst[_at(d0 + c)] = src[_at((n * channels + c) * plane + y * width + xx)]
-            for xx in range(x_lo, x_hi):
-                d0 = _split_column(row, xx + left, half_w) * channels
-                for c in range(vector_channels, channels):
-                    dst[_at(d0 + c)] = src[_at((n * channels + c) * plane + y * width + xx)]
+                for c in range(c0, c0 + 8):
+                    _to_columns(src, (n * channels + c) * plane + y * width, x, x_hi, left, row,
+                                half_w, channels, c, dst)
+            for c in range(vector_channels, channels):
+                _to_columns(src, (n * channels + c) * plane + y * width, x_lo, x_hi, left, row, half_w,
+                            channels, c, dst)
 
 
 @njit(cache=True, nogil=True)
@@ -322,6 +320,13 @@ def from_channels_last(src, num, channels, src_h, src_w, height, width, bias, us
 @njit(cache=True, nogil=True, inline='always')
 def _bias(bias, use_bias, c):
     return bias[c] if use_bias else np.float32(0.0)
+
+
+@njit(cache=True, nogil=True, inline='always')
+def _to_columns(src, s0, x_lo, x_hi, left, row, half_w, channels, c, dst):
+    """Columns [x_lo, x_hi) of channel c's image row at s0, one by one."""
+    for x in range(x_lo, x_hi):
+        dst[_at(_split_column(row, x + left, half_w) * channels + c)] = src[_at(s0 + x)]
 
 
 @njit(cache=True, nogil=True, inline='always')

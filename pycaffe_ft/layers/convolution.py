@@ -14,8 +14,9 @@ __all__ = ['ConvolutionLayer', 'BaseConvolutionLayer']
 
 DIRECT_MAX_TAPS = 75
 """Up to this many input values per output (channels x kernel area) a stride-1 convolution's
-forward runs directly (CIFAR10-quick's conv1, 3 x 5 x 5: 14 -> ~11 ms per 100 images; LeNet's,
-1 x 5 x 5: 2.4 -> ~1 ms per 64), see :mod:`pycaffe_ft.kernels.direct_conv`."""
+forward runs directly (one thread, `pycaffe-ft time`: CIFAR10-quick's conv1, 3 x 5 x 5, 14.4 ->
+13.1 ms per 100 images; LeNet's, 1 x 5 x 5, 2.4 -> 1.5 ms per 64), see
+:mod:`pycaffe_ft.kernels.direct_conv`."""
 
 
 class BaseConvolutionLayer(Layer):
