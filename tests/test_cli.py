@@ -55,11 +55,12 @@ def test_time_prints_caffe_style_report_with_synthetic_data(capsys, tmp_path, mo
     assert 'Average Forward-Backward:' in out and 'Total Time:' in out
     # throughput: GFLOP/s beside the SGEMM peak for the GEMM layers, GB/s for pooling
     assert re.search(r'SGEMM peak measured now: [0-9.]+ GFLOP/s', out)
-    # the algorithm of each pass: conv1 (1 x 5 x 5 inputs per output) runs forward directly,
-    # conv2 keeps im2col (LeNet's max pools rule Winograd out, 50 outputs its 5x5 backward)
-    for name, forward in (('conv1', 'direct'), ('conv2', 'im2col')):
-        assert re.search(r'%s\tforward [0-9.]+ GFLOP/s \([0-9]+%% of peak, %s\), backward [0-9.]+ GFLOP/s '
-                         r'\([0-9]+%% of peak, im2col\)' % (name, forward), out)
+    # the algorithm of each pass: conv1 (1 x 5 x 5 inputs per output) runs both directly; conv2
+    # (20 input channels) its forward (LeNet's max pools rule Winograd out), and keeps im2col
+    # backward (50 outputs: Winograd's 5x5 products would run in BLAS)
+    for name, backward in (('conv1', 'direct'), ('conv2', 'im2col')):
+        assert re.search(r'%s\tforward [0-9.]+ GFLOP/s \([0-9]+%% of peak, direct\), backward [0-9.]+ GFLOP/s '
+                         r'\([0-9]+%% of peak, %s\)' % (name, backward), out)
     for name in ('ip1', 'ip2'):
         assert re.search(r'%s\tforward [0-9.]+ GFLOP/s \([0-9]+%% of peak\), backward [0-9.]+ GFLOP/s' % name, out)
     assert re.search(r'pool1\tforward [0-9.]+ GB/s, backward [0-9.]+ GB/s', out)

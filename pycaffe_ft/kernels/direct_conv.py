@@ -1,21 +1,35 @@
-"""Direct stride-1 convolution (forward) for layers with few input values per output (C*kh*kw
-small: LeNet's conv1, 1 x 5 x 5; CIFAR10-quick's, 3 x 5 x 5). The products take as long as
-im2col + GEMM's, but the outputs are written in place in NCHW with the bias added, where the
-GEMM's (channels, images x positions) result had to be copied into the top and the bias added
-in two more passes (LeNet's conv1 forward: 2.4 -> 1.5 ms on one thread). The weight gradient stays im2col + GEMM (a
-direct reduction measured 3-5x slower).
+"""Direct stride-1 convolution for layers with few input channels: the forward pass, and the
+weight gradient of layers with few input values per output (LeNet's and CIFAR10-quick's conv1).
 
-Eight output columns are the lanes of a vector (:mod:`.simd`), four output channels at a time,
-so each input load feeds four fused multiply-adds. Every output is one multiply-add chain over
-(c, ky, kx) in that order, the same at every position: equal input patches give equal sums,
-as with im2col (a later max pooling breaks their ties as in Caffe). Images are the zero-padded
-planes (n, C, H + 2 ph, W + 2 pw) made by :func:`~pycaffe_ft.kernels.im2col.pad_planes`.
+Forward: eight output columns are the lanes of a vector (:mod:`.simd`); a block of two output
+rows of four output channels (six where each output sums many terms) is kept in registers, so
+each input load feeds four to six fused multiply-adds and eight to twelve independent chains
+hide the FMA latency. Every output is one multiply-add chain over (c, ky, kx) in that order,
+the same at every position: equal input patches give equal sums, as with im2col (a later max
+pooling breaks their ties as in Caffe). The outputs are written in place in NCHW with the
+bias added, where im2col's GEMM result had to be copied into the top and the bias added in two
+more passes. The last block of columns, rows or channels is shifted back to end at the edge:
+the outputs it shares with the block before are written again with the same bits.
+
+Weight gradient: dw[o, c, ky, kx] = sum over images and positions of dy[o] * x[c] shifted by
+(ky, kx); lanes run along output rows, a block of four output channels by two kx taps is eight
+vector sums, each image's sums added into a per-lane total, the lanes summed at the end. It
+reads dy in NCHW where im2col needed it copied to (C, N*P) and a column buffer written.
+
+Images are the zero-padded planes (n, C, H + 2 ph, W + 2 pw) made by
+:func:`~pycaffe_ft.kernels.im2col.pad_planes`; all arrays are flat float32.
 """
+import numpy as np
 from numba import njit
 
-from .simd import vadd, vfma, vfull, vload, vsplat, vstore, vzero
+from .simd import vadd, vfma, vfull, vload, vramp, vsplat, vstore, vwhere_gt, vzero
 
-__all__ = ['direct_forward']
+__all__ = ['direct_forward', 'direct_weight_gradient', 'SIX_CHANNEL_TAPS']
+
+SIX_CHANNEL_TAPS = 75
+"""Above this many terms per output the forward keeps six output channels in a block, else
+four (one thread: LeNet's conv2, 20 x 5 x 5 terms, 3.4 -> 2.8 ms per 64 images; its conv1, 25
+terms, and CIFAR10-quick's, 75, ran 3-15% slower with six)."""
 
 
 @njit(cache=True, nogil=True, inline='always')
@@ -25,63 +39,178 @@ def _store(y, d, acc, bias, use_bias, o):
 
 
 @njit(cache=True, nogil=True, inline='always')
-def _four_channels(x, image, channels, plane_p, width_p, kh, kw, w, o, taps, bias, use_bias, y,
-                   out_base, out_plane, out_w, row, x0):
-    """Outputs (o .. o+3, row, x0 .. x0+7) of one image."""
-    a0 = a1 = a2 = a3 = vzero()
+def _four_by_two(x, src0, plane_p, width_p, channels, kh, kw, w, wk0, taps, bias, use_bias, y, d, out_plane,
+                 out_w, o):
+    """Outputs (o .. o+3) x (two rows) x (eight columns); src0/wk0/d: their first input, weight
+    and output."""
+    a0 = a1 = a2 = a3 = b0 = b1 = b2 = b3 = vzero()
     for c in range(channels):
         for ky in range(kh):
-            src = image + c * plane_p + (row + ky) * width_p + x0
-            wk = (o * channels + c) * kh * kw + ky * kw
+            src = src0 + c * plane_p + ky * width_p
+            wk = wk0 + (c * kh + ky) * kw
             for kx in range(kw):
-                v = vload(x, src + kx)
-                a0 = vfma(vsplat(w, wk + kx), v, a0)
-                a1 = vfma(vsplat(w, wk + taps + kx), v, a1)
-                a2 = vfma(vsplat(w, wk + 2 * taps + kx), v, a2)
-                a3 = vfma(vsplat(w, wk + 3 * taps + kx), v, a3)
-    d = out_base + o * out_plane + row * out_w + x0
-    _store(y, d, a0, bias, use_bias, o)
-    _store(y, d + out_plane, a1, bias, use_bias, o + 1)
-    _store(y, d + 2 * out_plane, a2, bias, use_bias, o + 2)
-    _store(y, d + 3 * out_plane, a3, bias, use_bias, o + 3)
+                v, u = vload(x, src + kx), vload(x, src + width_p + kx)
+                s = vsplat(w, wk + kx)
+                a0, b0 = vfma(s, v, a0), vfma(s, u, b0)
+                s = vsplat(w, wk + taps + kx)
+                a1, b1 = vfma(s, v, a1), vfma(s, u, b1)
+                s = vsplat(w, wk + 2 * taps + kx)
+                a2, b2 = vfma(s, v, a2), vfma(s, u, b2)
+                s = vsplat(w, wk + 3 * taps + kx)
+                a3, b3 = vfma(s, v, a3), vfma(s, u, b3)
+    for i, (first, second) in enumerate(((a0, b0), (a1, b1), (a2, b2), (a3, b3))):
+        _store(y, d + i * out_plane, first, bias, use_bias, o + i)
+        _store(y, d + i * out_plane + out_w, second, bias, use_bias, o + i)
 
 
 @njit(cache=True, nogil=True, inline='always')
-def _one_channel(x, image, channels, plane_p, width_p, kh, kw, w, o, bias, use_bias, y, out_base,
-                 out_plane, out_w, row, x0):
+def _six_by_two(x, src0, plane_p, width_p, channels, kh, kw, w, wk0, taps, bias, use_bias, y, d, out_plane,
+                out_w, o):
+    """:func:`_four_by_two` with six output channels (12 chains: as many as AVX2's 16 registers
+    hold beside the two inputs and a weight)."""
+    a0 = a1 = a2 = a3 = a4 = a5 = b0 = b1 = b2 = b3 = b4 = b5 = vzero()
+    for c in range(channels):
+        for ky in range(kh):
+            src = src0 + c * plane_p + ky * width_p
+            wk = wk0 + (c * kh + ky) * kw
+            for kx in range(kw):
+                v, u = vload(x, src + kx), vload(x, src + width_p + kx)
+                s = vsplat(w, wk + kx)
+                a0, b0 = vfma(s, v, a0), vfma(s, u, b0)
+                s = vsplat(w, wk + taps + kx)
+                a1, b1 = vfma(s, v, a1), vfma(s, u, b1)
+                s = vsplat(w, wk + 2 * taps + kx)
+                a2, b2 = vfma(s, v, a2), vfma(s, u, b2)
+                s = vsplat(w, wk + 3 * taps + kx)
+                a3, b3 = vfma(s, v, a3), vfma(s, u, b3)
+                s = vsplat(w, wk + 4 * taps + kx)
+                a4, b4 = vfma(s, v, a4), vfma(s, u, b4)
+                s = vsplat(w, wk + 5 * taps + kx)
+                a5, b5 = vfma(s, v, a5), vfma(s, u, b5)
+    for i, (first, second) in enumerate(((a0, b0), (a1, b1), (a2, b2), (a3, b3), (a4, b4), (a5, b5))):
+        _store(y, d + i * out_plane, first, bias, use_bias, o + i)
+        _store(y, d + i * out_plane + out_w, second, bias, use_bias, o + i)
+
+
+@njit(cache=True, nogil=True, inline='always')
+def _one_by_one(x, src0, plane_p, width_p, channels, kh, kw, w, wk0, bias, use_bias, y, d, o):
+    """One output channel, one row, eight columns (layers with fewer than 4 outputs or 2 rows)."""
     acc = vzero()
     for c in range(channels):
         for ky in range(kh):
-            src = image + c * plane_p + (row + ky) * width_p + x0
-            wk = (o * channels + c) * kh * kw + ky * kw
+            src = src0 + c * plane_p + ky * width_p
+            wk = wk0 + (c * kh + ky) * kw
             for kx in range(kw):
                 acc = vfma(vsplat(w, wk + kx), vload(x, src + kx), acc)
-    _store(y, out_base + o * out_plane + row * out_w + x0, acc, bias, use_bias, o)
+    _store(y, d, acc, bias, use_bias, o)
 
 
 @njit(cache=True, nogil=True)
 def direct_forward(x, num, channels, height_p, width_p, w, outputs, kh, kw, bias, use_bias, y):
     """y (num, outputs, height_p - kh + 1, width_p - kw + 1) = the correlation of the padded
     images x (num, channels, height_p, width_p) with w (outputs, channels, kh, kw), + bias[o]
-    with ``use_bias``; flat float32 arrays. Needs width_p - kw + 1 >= 8: the last block of a
-    row starts 8 from its end (overlapping columns are written again with the same bits)."""
+    with ``use_bias``. Needs width_p - kw + 1 >= 8."""
     out_h, out_w = height_p - kh + 1, width_p - kw + 1
     plane_p, out_plane = height_p * width_p, out_h * out_w
     taps = channels * kh * kw
+    block = 6 if taps > SIX_CHANNEL_TAPS and outputs >= 6 else 4
+    blocked = outputs >= 4 and out_h >= 2
+    rows = 2 if blocked else 1
     for n in range(num):
-        image = n * channels * plane_p
-        out_base = n * outputs * out_plane
-        for row in range(out_h):
+        image, out_base = n * channels * plane_p, n * outputs * out_plane
+        row = 0
+        while row < out_h:
+            r = min(row, out_h - rows)
             x0 = 0
             while x0 < out_w:
                 start = min(x0, out_w - 8)
+                src0 = image + r * width_p + start
                 o = 0
-                while o + 4 <= outputs:
-                    _four_channels(x, image, channels, plane_p, width_p, kh, kw, w, o, taps, bias,
-                                   use_bias, y, out_base, out_plane, out_w, row, start)
-                    o += 4
                 while o < outputs:
-                    _one_channel(x, image, channels, plane_p, width_p, kh, kw, w, o, bias, use_bias,
-                                 y, out_base, out_plane, out_w, row, start)
-                    o += 1
+                    if blocked:
+                        oo = min(o, outputs - block)
+                        d = out_base + oo * out_plane + r * out_w + start
+                        if block == 6:
+                            _six_by_two(x, src0, plane_p, width_p, channels, kh, kw, w, oo * taps, taps, bias,
+                                        use_bias, y, d, out_plane, out_w, oo)
+                        else:
+                            _four_by_two(x, src0, plane_p, width_p, channels, kh, kw, w, oo * taps, taps, bias,
+                                         use_bias, y, d, out_plane, out_w, oo)
+                        o = oo + block
+                    else:
+                        _one_by_one(x, src0, plane_p, width_p, channels, kh, kw, w, o * taps, bias, use_bias,
+                                    y, out_base + o * out_plane + r * out_w + start, o)
+                        o += 1
                 x0 = start + 8
+            row = r + rows
+
+
+@njit(cache=True, nogil=True, inline='always')
+def _gradient_block(x, dy, acc, ai, step, s0, d0, width_p, out_w, out_h, out_plane, lanes, overlap):
+    """acc[ai + i * step + (0 | 8) ..] += the eight lane sums of 4 output channels x 2 kx taps over
+    one image (s0/d0: its first input and dy element). Where out_w is not a multiple of 8 the
+    last block of a row starts at out_w - 8 and its lanes below ``overlap`` (counted in the
+    block before) are masked out of dy."""
+    a0 = a1 = a2 = a3 = b0 = b1 = b2 = b3 = vzero()
+    z = vzero()
+    for yy in range(out_h):
+        s, d = s0 + yy * width_p, d0 + yy * out_w
+        x0 = 0
+        while x0 < out_w:
+            start = min(x0, out_w - 8)
+            v, u = vload(x, s + start), vload(x, s + start + 1)
+            g0 = vload(dy, d + start)
+            g1 = vload(dy, d + start + out_plane)
+            g2 = vload(dy, d + start + 2 * out_plane)
+            g3 = vload(dy, d + start + 3 * out_plane)
+            if start != x0:
+                g0, g1 = vwhere_gt(lanes, overlap, g0, z), vwhere_gt(lanes, overlap, g1, z)
+                g2, g3 = vwhere_gt(lanes, overlap, g2, z), vwhere_gt(lanes, overlap, g3, z)
+            a0, b0 = vfma(g0, v, a0), vfma(g0, u, b0)
+            a1, b1 = vfma(g1, v, a1), vfma(g1, u, b1)
+            a2, b2 = vfma(g2, v, a2), vfma(g2, u, b2)
+            a3, b3 = vfma(g3, v, a3), vfma(g3, u, b3)
+            x0 = start + 8
+    for i, (first, second) in enumerate(((a0, b0), (a1, b1), (a2, b2), (a3, b3))):
+        at = ai + i * step
+        vstore(acc, at, vadd(vload(acc, at), first))
+        vstore(acc, at + 8, vadd(vload(acc, at + 8), second))
+
+
+@njit(cache=True, nogil=True)
+def direct_weight_gradient(x, num, channels, height_p, width_p, dy, outputs, kh, kw, dw):
+    """dw (outputs, channels, kh, kw) = the weight gradient of :func:`direct_forward` for dy
+    (num, outputs, out_h, out_w), overwritten. Needs outputs >= 4, kw >= 2, out_w >= 8. The
+    last block of 4 channels and the last pair of taps (odd kw) are shifted back to end at the
+    edge; their repeated sums are computed and dropped. The result depends on the shapes only."""
+    out_h, out_w = height_p - kh + 1, width_p - kw + 1
+    plane_p, out_plane = height_p * width_p, out_h * out_w
+    lanes = vramp(np.float32(0.0), np.float32(1.0))
+    overlap = vfull(np.float32((8 - out_w % 8) % 8) - np.float32(0.5))
+    pairs = (kw + 1) // 2
+    blocks = (outputs + 3) // 4
+    step = channels * kh * pairs * 16  # one output channel's sums: 2 taps x 8 lanes per pair
+    acc = np.zeros(blocks * 4 * step, np.float32)
+    for n in range(num):
+        for block in range(blocks):
+            o = min(4 * block, outputs - 4)
+            d0 = (n * outputs + o) * out_plane
+            for c in range(channels):
+                for ky in range(kh):
+                    s0 = (n * channels + c) * plane_p + ky * width_p
+                    for pair in range(pairs):
+                        ai = 4 * block * step + ((c * kh + ky) * pairs + pair) * 16
+                        _gradient_block(x, dy, acc, ai, step, s0 + min(2 * pair, kw - 2), d0, width_p, out_w,
+                                        out_h, out_plane, lanes, overlap)
+    for o in range(outputs):
+        block = o // 4
+        first = min(4 * block, outputs - 4)
+        for c in range(channels):
+            for ky in range(kh):
+                for kx in range(kw):
+                    pair = kx // 2
+                    second = kx & 1 or 2 * pair > kw - 2  # the odd last tap is its shifted pair's second
+                    at = (4 * block + o - first) * step + ((c * kh + ky) * pairs + pair) * 16 + (8 if second else 0)
+                    dw[((o * channels + c) * kh + ky) * kw + kx] = (
+                        ((acc[at] + acc[at + 1]) + (acc[at + 2] + acc[at + 3]))
+                        + ((acc[at + 4] + acc[at + 5]) + (acc[at + 6] + acc[at + 7])))

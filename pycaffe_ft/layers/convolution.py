@@ -2,7 +2,7 @@
 import numpy as np
 
 from ..intra_op import gemm, image_chunks, matmul, num_threads, run_chunks, scratch, sum_in_chunk_order
-from ..kernels.direct_conv import direct_forward
+from ..kernels.direct_conv import direct_forward, direct_weight_gradient
 from ..kernels.im2col import columns, crop_planes, pad_planes
 from ..proto import caffe_pb2
 from ..registry import LAYERS
@@ -14,9 +14,17 @@ __all__ = ['ConvolutionLayer', 'BaseConvolutionLayer']
 
 DIRECT_MAX_TAPS = 75
 """Up to this many input values per output (channels x kernel area) a stride-1 convolution's
-forward runs directly (one thread, `pycaffe-ft time`: CIFAR10-quick's conv1, 3 x 5 x 5, 14.4 ->
-13.1 ms per 100 images; LeNet's, 1 x 5 x 5, 2.4 -> 1.5 ms per 64), see
-:mod:`pycaffe_ft.kernels.direct_conv`."""
+forward and weight gradient run directly (:mod:`pycaffe_ft.kernels.direct_conv`). One thread,
+`pycaffe-ft time` and the kernels alone: CIFAR10-quick's conv1 (3 x 5 x 5) forward 14.4 -> 8.8
+ms per 100 images, weight gradient 11.8 -> 8.9; LeNet's conv1 (1 x 5 x 5) forward 2.4 -> 0.7
+ms per 64, weight gradient 1.0 -> 0.7."""
+
+DIRECT_MAX_CHANNELS = 32
+"""Forward passes that would otherwise run im2col (no Winograd: before a max pooling, or not
+3x3/5x5) run directly up to this many input channels. One thread, im2col + GEMM against direct,
+ms: LeNet's conv2 (20 -> 50, 5x5, 8x8 outputs, 64 images) 3.7 -> 2.8; 32 -> 32 5x5, 8x8 outputs,
+64 images 4.9 -> 3.0; 16 -> 16 3x3, 32x32 outputs, 32 images 4.6 -> 3.7; but 64 -> 64 3x3, 16x16
+outputs, 32 images 10.6 -> 10.7 and 128 -> 128 3x3, 8x8 outputs, 16 images 3.9 -> 5.0."""
 
 
 class BaseConvolutionLayer(Layer):
@@ -195,27 +203,36 @@ class ConvolutionLayer(BaseConvolutionLayer):
         super().layer_setup(bottom, top)
         self.winograd = Winograd(self.kernel[0], self.pad, self.group) if Winograd.applies(self) else None
 
-    @property
-    def direct(self):
-        """Whether the forward pass runs :func:`~pycaffe_ft.kernels.direct_conv.direct_forward`:
-        stride 1, no dilation or groups, at most DIRECT_MAX_TAPS input values per output and
-        rows of at least 8 outputs, ``engine`` not CAFFE."""
+    def _direct_geometry(self):
+        """Whether :mod:`~pycaffe_ft.kernels.direct_conv` can run this layer: stride 1, no
+        dilation or groups, rows of at least 8 outputs, ``engine`` not CAFFE."""
         p = self.layer_param.convolution_param
         return (p.engine != caffe_pb2.ConvolutionParameter.CAFFE and self.group == 1
-                and self.stride == (1, 1) and self.dilation == (1, 1) and self.out_hw[1] >= 8
-                and self.channels * self.kernel[0] * self.kernel[1] <= DIRECT_MAX_TAPS)
+                and self.stride == (1, 1) and self.dilation == (1, 1) and self.out_hw[1] >= 8)
 
     def algorithms(self):
         """(forward, backward): 'direct', 'Winograd F(2x2, rxr)' or 'im2col', what the passes
-        use now.
+        use now ('direct' backward: the weight gradient; a bottom diff, if any, by im2col).
 
         Forward by Winograd only where nothing later picks by comparing values (see
         Layer.selects_by_value): flat image regions give exactly equal im2col sums, which max
-        pooling must resolve as Caffe does. The direct forward (:attr:`direct`) runs the same
-        chain of multiply-adds at every position, so equal patches keep equal sums there too.
-        Backward: see :meth:`backward`."""
-        if self.direct:
-            return 'direct', 'im2col'
+        pooling must resolve as Caffe does. The direct forward runs the same chain of
+        multiply-adds at every position, so equal patches keep equal sums there too: it runs
+        layers of at most DIRECT_MAX_TAPS input values per output, and those of at most
+        DIRECT_MAX_CHANNELS input channels that would take im2col. The direct weight gradient
+        runs the first kind where the backward would take im2col. Backward: see
+        :meth:`backward`."""
+        forward, backward = self._fast_algorithms()
+        if self._direct_geometry():
+            small = self.channels * self.kernel[0] * self.kernel[1] <= DIRECT_MAX_TAPS
+            if small or (forward == 'im2col' and self.channels <= DIRECT_MAX_CHANNELS):
+                forward = 'direct'
+            if small and backward == 'im2col' and self.num_output >= 4 and self.kernel[1] >= 2:
+                backward = 'direct'
+        return forward, backward
+
+    def _fast_algorithms(self):
+        """(forward, backward) from 'Winograd F(2x2, rxr)' and 'im2col'."""
         if self.winograd is None or not Winograd.pays(self.num * self.out_hw[0] * self.out_hw[1]):
             return 'im2col', 'im2col'
         name = 'Winograd F(2x2, %dx%d)' % self.kernel
@@ -257,22 +274,29 @@ class ConvolutionLayer(BaseConvolutionLayer):
                     y[lo:hi] += bias.reshape(1, -1, 1)
             run_chunks(chunk, chunks)
 
+    def _padded(self, x):
+        """The images x (n, C, H, W) as flat zero-padded planes (this thread's buffer, or x
+        itself without padding)."""
+        (h, w), (ph, pw) = self.in_hw, self.pad
+        if not (ph or pw):
+            return x.reshape(-1)
+        src = scratch('conv_pad', x.shape[0] * self.channels * (h + 2 * ph) * (w + 2 * pw))
+        pad_planes(x.reshape(-1), x.shape[0] * self.channels, h, w, ph, pw, src)
+        return src
+
+    def _padded_size(self):
+        return self.in_hw[0] + 2 * self.pad[0], self.in_hw[1] + 2 * self.pad[1]
+
     def _direct_forward(self, bottom, top):
-        (h, w), (ph, pw), (kh, kw) = self.in_hw, self.pad, self.kernel
-        hp, wp, c = h + 2 * ph, w + 2 * pw, self.channels
         weights = self.blobs[0].data.reshape(-1)
         bias = self.blobs[1].data if self.bias_term else weights[:1]
         for b, t in zip(bottom, top):
-            x = b.data.reshape(self.num, c, h, w)
+            x = b.data.reshape((self.num, self.channels) + self.in_hw)
             y = t.data.reshape(self.num, -1)
 
             def chunk(lo, hi):
-                src = x[lo:hi].reshape(-1)
-                if ph or pw:
-                    src = scratch('conv_pad', (hi - lo) * c * hp * wp)
-                    pad_planes(x[lo:hi].reshape(-1), (hi - lo) * c, h, w, ph, pw, src)
-                direct_forward(src, hi - lo, c, hp, wp, weights, self.num_output, kh, kw, bias,
-                               self.bias_term, y[lo:hi].reshape(-1))
+                direct_forward(self._padded(x[lo:hi]), hi - lo, self.channels, *self._padded_size(), weights,
+                               self.num_output, *self.kernel, bias, self.bias_term, y[lo:hi].reshape(-1))
             run_chunks(chunk, self._chunks())
 
     def backward(self, top, propagate_down, bottom):
@@ -286,9 +310,10 @@ class ConvolutionLayer(BaseConvolutionLayer):
         # three ranks killed, against 2e-7 with im2col (its forward in training nets without a
         # later max pooling: 1e-3 against 1.3e-6 after 60 iterations of such a net, hence
         # keep_5x5_rounding)
-        winograd = self.winograd if self.algorithms()[1] != 'im2col' else None
+        algorithm = self.algorithms()[1]
+        winograd = self.winograd if algorithm.startswith('Winograd') else None
         winograd_w = winograd is not None and self.param_propagate_down[0]
-        winograd_down = winograd is not None
+        direct_w = algorithm == 'direct' and self.param_propagate_down[0]
         w = self.blobs[0].data.reshape(self.num_output, -1)
         wdiff = self.blobs[0].diff.reshape(self.num_output, -1)
         need_w = self.param_propagate_down[0] and not winograd_w
@@ -301,18 +326,24 @@ class ConvolutionLayer(BaseConvolutionLayer):
             dx = b.diff.reshape((self.num, self.channels) + self.in_hw)
             if winograd_w:
                 wdiff += winograd.weight_gradient(x, dy, self.in_hw, self.out_hw).reshape(wdiff.shape)
-            if propagate and winograd_down:
+            if propagate and winograd is not None:
                 winograd.backward_data(dy, self.blobs[0].data, dx, self.in_hw, self.out_hw)
-            down = propagate and not winograd_down
+            down = propagate and winograd is None
             if not (need_w or need_b or down):
                 continue
 
             def chunk(lo, hi):
+                bias_part = dy[lo:hi].sum(axis=2).sum(axis=0) if need_b else None
+                w_part = None
+                if direct_w:  # (O, K), as the weights
+                    w_part = np.empty_like(wdiff)
+                    direct_weight_gradient(self._padded(x[lo:hi]), hi - lo, self.channels, *self._padded_size(),
+                                           dy[lo:hi].reshape(-1), self.num_output, *self.kernel, w_part.reshape(-1))
+                if not (down or (need_w and not direct_w)):
+                    return w_part, bias_part
                 dy_cm = scratch('conv_out', self.num_output * (hi - lo) * plane).reshape(self.num_output, -1)
                 to_channel_major(dy[lo:hi], dy_cm)
-                bias_part = dy_cm.sum(axis=1) if need_b else None
-                w_part = None
-                if need_w:  # (K_g, O_g) per group: the orientation BLAS runs fastest
+                if need_w and not direct_w:  # (K_g, O_g) per group: the orientation BLAS runs fastest
                     col = self._im2col(x[lo:hi])
                     w_part = np.empty((g, k, o), np.float32)
                     for i in range(g):
@@ -323,7 +354,9 @@ class ConvolutionLayer(BaseConvolutionLayer):
                     self._col2im(self._gemm(w, dy_cm, col, transpose_w=True), dx[lo:hi])
                 return w_part, bias_part
             w_parts, bias_parts = zip(*run_chunks(chunk, self._chunks()))
-            if need_w:
+            if direct_w:
+                wdiff += sum_in_chunk_order(w_parts)
+            elif need_w:
                 total = sum_in_chunk_order(w_parts)
                 for i in range(g):
                     wdiff[i * o:(i + 1) * o] += total[i].T

@@ -1,39 +1,71 @@
-"""direct_forward against a float64 NumPy correlation (pads, widths that are not a multiple of 8,
-output counts that are not a multiple of 4, with and without bias), and the layer's choice."""
+"""direct_forward and direct_weight_gradient against a float64 NumPy correlation (pads, widths
+that are not a multiple of 8, odd row counts, output counts that are not a multiple of 4 or 6,
+few and many terms per output, odd and even kernel widths, with and without bias)."""
 import numpy as np
 import pytest
 
-from pycaffe_ft.kernels.direct_conv import direct_forward
+from pycaffe_ft.kernels.direct_conv import SIX_CHANNEL_TAPS, direct_forward, direct_weight_gradient
 from pycaffe_ft.kernels.im2col import pad_planes
 
+CASES = [  # (num, channels, height, width, outputs, k, pad)
+    (2, 1, 28, 28, 20, 5, 0), (3, 3, 13, 13, 7, 5, 2), (2, 2, 10, 10, 6, 3, 1), (1, 3, 8, 8, 5, 1, 0),
+    (2, 20, 12, 12, 50, 5, 0), (2, 20, 9, 14, 9, 3, 0), (2, 4, 5, 12, 4, 2, 0), (1, 2, 8, 8, 3, 3, 1),
+    (2, 30, 7, 11, 13, 5, 2), (1, 2, 1, 9, 5, 1, 0)]
 
-@pytest.mark.parametrize('num,channels,size,outputs,k,pad', [(2, 1, 28, 20, 5, 0), (3, 3, 13, 7, 5, 2),
-                                                             (2, 2, 10, 6, 3, 1), (1, 3, 8, 5, 1, 0)])
-def test_matches_a_float64_correlation(num, channels, size, outputs, k, pad):
-    rng = np.random.default_rng(size + outputs)
-    x = rng.standard_normal((num, channels, size, size)).astype(np.float32)
+
+def _case(num, channels, height, width, outputs, k, pad):
+    rng = np.random.default_rng(height * width + outputs)
+    x = rng.standard_normal((num, channels, height, width)).astype(np.float32)
     w = rng.standard_normal((outputs, channels, k, k)).astype(np.float32)
+    hp, wp = height + 2 * pad, width + 2 * pad
+    xp = np.empty(num * channels * hp * wp, np.float32)
+    pad_planes(x.reshape(-1), num * channels, height, width, pad, pad, xp)
+    return rng, xp, w, (hp, wp), (hp - k + 1, wp - k + 1)
+
+
+def _windows(xp, shape, k, out_hw):
+    """(ky, kx) -> the float64 input window each output position sees at that tap."""
+    x64 = xp.reshape(shape).astype(np.float64)
+    return {(a, b): x64[:, :, a:a + out_hw[0], b:b + out_hw[1]] for a in range(k) for b in range(k)}
+
+
+@pytest.mark.parametrize('case', CASES)
+def test_forward_matches_a_float64_correlation(case):
+    num, channels, _, _, outputs, k, _ = case
+    rng, xp, w, (hp, wp), out_hw = _case(*case)
     bias = rng.standard_normal(outputs).astype(np.float32)
-    padded = size + 2 * pad
-    xp = np.empty(num * channels * padded * padded, np.float32)
-    pad_planes(x.reshape(-1), num * channels, size, size, pad, pad, xp)
-    out = padded - k + 1
-    xp64 = xp.reshape(num, channels, padded, padded).astype(np.float64)
-    expected = sum(np.einsum('ncyx,oc->noyx', xp64[:, :, ky:ky + out, kx:kx + out], w[:, :, ky, kx].astype(np.float64))
-                   for ky in range(k) for kx in range(k))
+    windows = _windows(xp, (num, channels, hp, wp), k, out_hw)
+    expected = sum(np.einsum('ncyx,oc->noyx', windows[a, b], w[:, :, a, b].astype(np.float64)) for a, b in windows)
     for use_bias in (False, True):
-        y = np.full((num, outputs, out, out), np.nan, np.float32)
-        direct_forward(xp, num, channels, padded, padded, w.reshape(-1), outputs, k, k, bias, use_bias, y.reshape(-1))
+        y = np.full((num, outputs) + out_hw, np.nan, np.float32)
+        direct_forward(xp, num, channels, hp, wp, w.reshape(-1), outputs, k, k, bias, use_bias, y.reshape(-1))
         want = expected + (bias.reshape(-1, 1, 1) if use_bias else 0)
         assert np.abs(y - want).max() <= 1e-6 * np.abs(want).max()
 
 
-def test_equal_patches_give_equal_outputs():
-    """Every position runs the same multiply-add chain, so a flat image gives one value
-    everywhere its windows are full (a later max pooling then sees ties, as with im2col)."""
-    x = np.full((1, 3, 12, 20), 0.3, np.float32)
-    w = np.random.default_rng(1).standard_normal((5, 3, 5, 5)).astype(np.float32)
-    y = np.empty((1, 5, 8, 16), np.float32)
-    direct_forward(x.reshape(-1), 1, 3, 12, 20, w.reshape(-1), 5, 5, 5, w.reshape(-1)[:1], False, y.reshape(-1))
-    for o in range(5):
+@pytest.mark.parametrize('case', [c for c in CASES if c[4] >= 4 and c[5] >= 2])
+def test_weight_gradient_matches_a_float64_correlation(case):
+    num, channels, _, _, outputs, k, _ = case
+    rng, xp, w, (hp, wp), out_hw = _case(*case)
+    dy = rng.standard_normal((num, outputs) + out_hw).astype(np.float32)
+    windows = _windows(xp, (num, channels, hp, wp), k, out_hw)
+    expected = np.stack([np.einsum('noyx,ncyx->oc', dy.astype(np.float64), windows[a, b]) for a, b in windows],
+                        -1).reshape(w.shape)
+    dw = np.full(w.size, np.nan, np.float32)
+    direct_weight_gradient(xp, num, channels, hp, wp, dy.reshape(-1), outputs, k, k, dw)
+    assert np.abs(dw.reshape(w.shape) - expected).max() <= 1e-6 * np.abs(expected).max()
+
+
+@pytest.mark.parametrize('channels', [3, 30])
+def test_equal_patches_give_equal_outputs(channels):
+    """Every position runs the same multiply-add chain (in blocks of four output channels and,
+    above SIX_CHANNEL_TAPS terms, of six), so a flat image gives one value everywhere its
+    windows are full (a later max pooling then sees ties, as with im2col)."""
+    assert (channels * 25 > SIX_CHANNEL_TAPS) == (channels == 30)
+    x = np.full((1, channels, 12, 21), 0.3, np.float32)
+    w = np.random.default_rng(1).standard_normal((7, channels, 5, 5)).astype(np.float32)
+    y = np.empty((1, 7, 8, 17), np.float32)
+    direct_forward(x.reshape(-1), 1, channels, 12, 21, w.reshape(-1), 7, 5, 5, w.reshape(-1)[:1], False,
+                   y.reshape(-1))
+    for o in range(7):
         assert np.unique(y[0, o]).size == 1

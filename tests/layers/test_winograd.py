@@ -120,7 +120,7 @@ def test_the_bits_do_not_depend_on_the_thread_count(restore_threads):
 
 
 NET = '''
-layer { name: "data" type: "Input" top: "data" input_param { shape { dim: 4 dim: 16 dim: 10 dim: 10 } } }
+layer { name: "data" type: "Input" top: "data" input_param { shape { dim: 4 dim: %(channels)d dim: 10 dim: 10 } } }
 layer { name: "conv" type: "Convolution" bottom: "data" top: "conv"
         convolution_param { num_output: 16 kernel_size: %(r)d pad: 1 %(engine)s
                             weight_filler { type: "gaussian" std: 0.1 } bias_filler { type: "gaussian" } } }
@@ -128,9 +128,10 @@ layer { name: "pool" type: "Pooling" bottom: "conv" top: "pool" pooling_param { 
 '''
 
 
-def _net(tmp_path, r, pool, engine='', outputs=16):
-    path = tmp_path / ('%d_%s_%s_%d.prototxt' % (r, pool, engine.split(':')[-1].strip(), outputs))
-    path.write_text((NET % {'r': r, 'pool': pool, 'engine': engine}).replace('num_output: 16', 'num_output: %d' % outputs))
+def _net(tmp_path, r, pool, engine='', outputs=16, channels=48):
+    path = tmp_path / ('%d_%s_%s_%d_%d.prototxt' % (r, pool, engine.split(':')[-1].strip(), outputs, channels))
+    path.write_text((NET % {'r': r, 'pool': pool, 'engine': engine, 'channels': channels}).replace(
+        'num_output: 16', 'num_output: %d' % outputs))
     caffe.set_random_seed(5)
     net = caffe.Net(str(path), caffe.TRAIN)
     net.blobs['data'].data[...] = np.random.default_rng(0).standard_normal(net.blobs['data'].shape)
@@ -143,9 +144,10 @@ def _net(tmp_path, r, pool, engine='', outputs=16):
 @pytest.mark.parametrize('r', [3, 5])
 def test_forward_is_caffes_arithmetic_before_a_max_pooling(tmp_path, r):
     """A later layer that picks by value (MAX pooling) keeps the convolution's forward in
-    Caffe's im2col arithmetic, bit for bit; an AVE pooling lets Winograd run it; ``engine:
-    CAFFE`` turns Winograd off, backward included. The backward pass takes Winograd either way
-    (16 -> 16 channels: 5x5 too), within rounding of im2col's."""
+    Caffe's im2col arithmetic, bit for bit (48 input channels: above DIRECT_MAX_CHANNELS); an
+    AVE pooling lets Winograd run it; ``engine: CAFFE`` turns Winograd off, backward included.
+    The backward pass takes Winograd either way (48 -> 16 channels: 5x5 too), within rounding
+    of im2col's."""
     plain = _net(tmp_path, r, 'MAX', 'engine: CAFFE')
     assert plain.layers[1].winograd is None
     before_max = _net(tmp_path, r, 'MAX')
@@ -175,6 +177,19 @@ def test_5x5_backward_keeps_im2col_where_its_products_would_run_in_blas(tmp_path
     assert ours.layers[1].algorithms() == ('Winograd F(2x2, 5x5)', 'im2col')
     assert np.array_equal(ours.params['conv'][0].diff, plain.params['conv'][0].diff)
     assert np.array_equal(ours.blobs['data'].diff, plain.blobs['data'].diff)
+
+
+@pytest.mark.parametrize('r', [3, 5])
+def test_few_input_channels_before_a_max_pooling_run_forward_directly(tmp_path, r):
+    """16 input channels (up to DIRECT_MAX_CHANNELS): the forward im2col would run goes direct,
+    within rounding of Caffe's arithmetic (the same chain of multiply-adds at every position:
+    see tests/kernels/test_direct_conv.py for the ties); the backward stays Winograd."""
+    from pycaffe_ft.layers.convolution import DIRECT_MAX_CHANNELS
+    assert 16 <= DIRECT_MAX_CHANNELS < 48
+    ours, plain = _net(tmp_path, r, 'MAX', channels=16), _net(tmp_path, r, 'MAX', 'engine: CAFFE', channels=16)
+    assert ours.layers[1].algorithms() == ('direct', 'Winograd F(2x2, %dx%d)' % (r, r))
+    theirs = plain.blobs['conv'].data
+    assert np.abs(ours.blobs['conv'].data - theirs).max() <= 1e-6 * np.abs(theirs).max()
 
 
 def test_value_selection_is_seen_anywhere_later_in_the_net():
