@@ -364,6 +364,15 @@ def matmul(a, b, out, accumulate=False):
     return out
 
 
-def _blocks(size, parts=8, minimum=64):
-    step = max(minimum, -(-size // parts))
+def _blocks(size, most=8, least=192):
+    """A power of two of equal blocks (rounded up to 16 columns), at most ``most``, none under
+    ``least`` columns (but two of at least 64 where ``size`` allows): even work on 2, 4 or 8
+    threads, and few calls (each packs the other operand again). LeNet's ip1 (64 x 800 x 500)
+    on two threads, forward, weight and bottom gradient: 0.44, 0.42, 0.43 ms in 64-column
+    blocks; 0.37, 0.36, 0.37 in these."""
+    parts, least = 1, max(64, min(least, size // 2))
+    while parts * 2 <= min(most, size // least):
+        parts *= 2
+    step = -(-size // parts)
+    step = -(-step // 16) * 16
     return [(lo, min(lo + step, size)) for lo in range(0, size, step)]
