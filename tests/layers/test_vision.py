@@ -118,11 +118,32 @@ def _pool_reference(x, k, s, p, out_hw, method):
     return y, mask
 
 
+def _pool_backward_reference(dy, x_shape, k, s, p, method, mask):
+    """Caffe's backward: dx = 0, then each output in row-major order adds its dy (MAX: at its
+    argmax) or dy / window size (AVE: over the clipped window), in float32."""
+    h, w = x_shape[-2:]
+    dx = np.zeros(x_shape, np.float32)
+    for n, c, oy, ox in np.ndindex(*dy.shape):
+        if method == 'MAX':
+            if mask[n, c, oy, ox] >= 0:
+                dx[n, c].reshape(-1)[int(mask[n, c, oy, ox])] += dy[n, c, oy, ox]
+            continue
+        h0, w0 = oy * s - p, ox * s - p
+        h1, w1 = min(h0 + k, h + p), min(w0 + k, w + p)
+        g = dy[n, c, oy, ox] / np.float32((h1 - h0) * (w1 - w0))
+        for yy in range(max(h0, 0), min(h1, h)):
+            for xx in range(max(w0, 0), min(w1, w)):
+                dx[n, c, yy, xx] += g
+    return dx
+
+
 def test_max_and_ave_pooling_match_caffes_definition_bit_for_bit():
     """Random geometries (pads, strides, windows clipped at the edges) and inputs with ties:
     the kernels (edge outputs one by one, inner ones eight at a time as vector lanes, four at a
     time, or in overlapping last blocks; wide rows whose last block would read past the array
-    fall back) give Caffe's bits."""
+    fall back) give Caffe's bits, forward and backward (AVE's backward adds each column's terms
+    slot by slot, eight columns at a time: widths up to 40 cover its vector and scalar parts;
+    negative zeros included)."""
     rng = np.random.default_rng(3)
     for trial in range(60):
         h, w = int(rng.integers(2, 14)), int(rng.integers(2, 14 if trial < 30 else 41))
@@ -142,3 +163,11 @@ def test_max_and_ave_pooling_match_caffes_definition_bit_for_bit():
             np.testing.assert_array_equal(top[0].data, y, err_msg=str((method, h, w, k, s, p)))
             if method == 'MAX':
                 np.testing.assert_array_equal(top[1].data, mask, err_msg=str((h, w, k, s, p)))
+            dy = rng.integers(-3, 4, top[0].shape).astype(np.float32) * np.float32(0.29)
+            dy[dy == 0] = np.float32(-0.0)
+            top[0].diff[...] = dy
+            layer.backward(top, [True], bottom)
+            with np.errstate(divide='ignore', invalid='ignore'):
+                dx = _pool_backward_reference(dy, x.shape, k, s, p, method, mask)
+            assert np.array_equal(bottom[0].diff, dx) and np.array_equal(np.signbit(bottom[0].diff), np.signbit(dx)), \
+                (method, h, w, k, s, p)
