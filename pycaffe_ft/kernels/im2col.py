@@ -13,6 +13,8 @@ start) small. All kernels release the GIL: layers run them on several threads.
 import numpy as np
 from numba import njit
 
+from .simd import vadd, vload, vstore
+
 
 @njit(cache=True, nogil=True)
 def pad_planes(src, planes, height, width, ph, pw, dst):
@@ -45,7 +47,6 @@ def crop_planes(src, planes, height, width, ph, pw, dst):
                 dst[np.uint64(d0 + x)] = src[np.uint64(s0 + x)]
 
 
-@njit(cache=True, nogil=True)
 def columns(images, n_img, channels, height, width, kh, kw, sh, sw, dh, dw, out_h, out_w, cols,
             ncols, to_columns):
     """im2col (``to_columns``) or its transpose col2im, on padded images.
@@ -53,7 +54,43 @@ def columns(images, n_img, channels, height, width, kh, kw, sh, sw, dh, dw, out_
     ``images``: flat (n_img, channels, height, width), already padded; ``cols``: C*kh*kw rows
     of ``ncols``, image n from column n*out_h*out_w. im2col writes ``cols``; col2im overwrites
     ``images`` with the sum of the columns, each element getting its terms in Caffe's order
-    (rows c, ki, kj, then output positions)."""
+    (rows c, ki, kj, then output positions).
+
+    Stride 1 with rows of a multiple of 8 runs a kernel that moves whole vectors (LeNet's
+    conv2, 8 wide: 0.08 -> 0.055 ms im2col, 0.095 -> 0.067 col2im per 8 images; 16 wide
+    1.4x); a separate function, because the same branch inside :func:`_columns` made LLVM
+    compile its other rows slower (27 wide: 0.155 -> 0.19 ms)."""
+    kernel = _vector_columns if sw == 1 and out_w % 8 == 0 else _columns
+    kernel(images, n_img, channels, height, width, kh, kw, sh, sw, dh, dw, out_h, out_w, cols, ncols, to_columns)
+
+
+@njit(cache=True, nogil=True)
+def _vector_columns(images, n_img, channels, height, width, kh, kw, sh, sw, dh, dw, out_h, out_w, cols,
+                    ncols, to_columns):
+    """:func:`columns` for sw == 1 and out_w % 8 == 0."""
+    plane = out_h * out_w
+    if not to_columns:
+        images[:n_img * channels * height * width] = 0.0
+    for n in range(n_img):
+        for c in range(channels):
+            image_base = (n * channels + c) * height * width
+            for ki in range(kh):
+                for kj in range(kw):
+                    row = ((c * kh + ki) * kw + kj) * ncols + n * plane
+                    for oy in range(out_h):
+                        i0 = image_base + (oy * sh + ki * dh) * width + kj * dw
+                        c0 = row + oy * out_w
+                        for ox in range(0, out_w, 8):
+                            if to_columns:
+                                vstore(cols, c0 + ox, vload(images, i0 + ox))
+                            else:
+                                vstore(images, i0 + ox, vadd(vload(images, i0 + ox), vload(cols, c0 + ox)))
+
+
+@njit(cache=True, nogil=True)
+def _columns(images, n_img, channels, height, width, kh, kw, sh, sw, dh, dw, out_h, out_w, cols,
+             ncols, to_columns):
+    """:func:`columns`, any geometry."""
     plane = out_h * out_w
     if not to_columns:
         for i in range(n_img * channels * height * width):
