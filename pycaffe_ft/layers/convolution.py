@@ -15,9 +15,9 @@ __all__ = ['ConvolutionLayer', 'BaseConvolutionLayer']
 DIRECT_MAX_TAPS = 75
 """Up to this many input values per output (channels x kernel area) a stride-1 convolution's
 forward and weight gradient run directly (:mod:`pycaffe_ft.kernels.direct_conv`). One thread,
-`pycaffe-ft time` and the kernels alone: CIFAR10-quick's conv1 (3 x 5 x 5) forward 14.4 -> 8.8
-ms per 100 images, weight gradient 11.8 -> 8.9; LeNet's conv1 (1 x 5 x 5) forward 2.4 -> 0.7
-ms per 64, weight gradient 1.0 -> 0.7."""
+ms, im2col + GEMM against the direct kernels: CIFAR10-quick's conv1 (3 x 5 x 5, 100 images)
+forward 14.4 -> 5.6, weight gradient 11.8 -> 8.1; LeNet's conv1 (1 x 5 x 5, 64 images)
+forward 2.4 -> 0.45, weight gradient 1.0 -> 0.65."""
 
 DIRECT_MAX_CHANNELS = 32
 """Forward passes that would otherwise run im2col (no Winograd: before a max pooling, or not
