@@ -57,17 +57,18 @@ def columns(images, n_img, channels, height, width, kh, kw, sh, sw, dh, dw, out_
     (rows c, ki, kj, then output positions).
 
     Stride 1 with rows of a multiple of 8 runs a kernel that moves whole vectors (LeNet's
-    conv2, 8 wide: 0.08 -> 0.055 ms im2col, 0.095 -> 0.067 col2im per 8 images; 16 wide
-    1.4x); a separate function, because the same branch inside :func:`_columns` made LLVM
-    compile its other rows slower (27 wide: 0.155 -> 0.19 ms)."""
+    conv2, 8 wide: 0.08 -> 0.05 ms im2col, 0.09 -> 0.06 col2im per 8 images; 16 wide 1.7x); a
+    separate compiled function, because the same branch inside one loop nest made LLVM compile
+    the other rows slower (27 wide: 0.155 -> 0.19 ms)."""
     kernel = _vector_columns if sw == 1 and out_w % 8 == 0 else _columns
     kernel(images, n_img, channels, height, width, kh, kw, sh, sw, dh, dw, out_h, out_w, cols, ncols, to_columns)
 
 
-@njit(cache=True, nogil=True)
-def _vector_columns(images, n_img, channels, height, width, kh, kw, sh, sw, dh, dw, out_h, out_w, cols,
-                    ncols, to_columns):
-    """:func:`columns` for sw == 1 and out_w % 8 == 0."""
+@njit(cache=True, nogil=True, inline='always')
+def _each_row(move_row, images, n_img, channels, height, width, kh, kw, sh, sw, dh, dw, out_h, out_w, cols,
+              ncols, to_columns):
+    """move_row(images, i0, cols, c0, out_w, sw, to_columns) for every output row of every column
+    row (c, ki, kj) of every image, in Caffe's order; col2im first zeroes the images."""
     plane = out_h * out_w
     if not to_columns:
         images[:n_img * channels * height * width] = 0.0
@@ -78,38 +79,45 @@ def _vector_columns(images, n_img, channels, height, width, kh, kw, sh, sw, dh, 
                 for kj in range(kw):
                     row = ((c * kh + ki) * kw + kj) * ncols + n * plane
                     for oy in range(out_h):
-                        i0 = image_base + (oy * sh + ki * dh) * width + kj * dw
-                        c0 = row + oy * out_w
-                        for ox in range(0, out_w, 8):
-                            if to_columns:
-                                vstore(cols, c0 + ox, vload(images, i0 + ox))
-                            else:
-                                vstore(images, i0 + ox, vadd(vload(images, i0 + ox), vload(cols, c0 + ox)))
+                        move_row(images, image_base + (oy * sh + ki * dh) * width + kj * dw, cols,
+                                 row + oy * out_w, out_w, sw, to_columns)
+
+
+@njit(cache=True, nogil=True, inline='always')
+def _vector_row(images, i0, cols, c0, out_w, sw, to_columns):
+    """One output row of stride 1 and a multiple of 8 wide, as whole vectors."""
+    for ox in range(0, out_w, 8):
+        if to_columns:
+            vstore(cols, c0 + ox, vload(images, i0 + ox))
+        else:
+            vstore(images, i0 + ox, vadd(vload(images, i0 + ox), vload(cols, c0 + ox)))
+
+
+@njit(cache=True, nogil=True, inline='always')
+def _any_row(images, i0, cols, c0, out_w, sw, to_columns):
+    """One output row, any stride and width (loops LLVM vectorizes)."""
+    if to_columns and sw == 1:  # the common case: a contiguous copy
+        for ox in range(out_w):
+            cols[np.uint64(c0 + ox)] = images[np.uint64(i0 + ox)]
+    elif to_columns:
+        for ox in range(out_w):
+            cols[np.uint64(c0 + ox)] = images[np.uint64(i0 + ox * sw)]
+    else:
+        for ox in range(out_w):
+            images[np.uint64(i0 + ox * sw)] += cols[np.uint64(c0 + ox)]
+
+
+@njit(cache=True, nogil=True)
+def _vector_columns(images, n_img, channels, height, width, kh, kw, sh, sw, dh, dw, out_h, out_w, cols,
+                    ncols, to_columns):
+    """:func:`columns` for sw == 1 and out_w % 8 == 0."""
+    _each_row(_vector_row, images, n_img, channels, height, width, kh, kw, sh, sw, dh, dw, out_h, out_w, cols,
+              ncols, to_columns)
 
 
 @njit(cache=True, nogil=True)
 def _columns(images, n_img, channels, height, width, kh, kw, sh, sw, dh, dw, out_h, out_w, cols,
              ncols, to_columns):
     """:func:`columns`, any geometry."""
-    plane = out_h * out_w
-    if not to_columns:
-        for i in range(n_img * channels * height * width):
-            images[np.uint64(i)] = 0.0
-    for n in range(n_img):
-        for c in range(channels):
-            image_base = (n * channels + c) * height * width
-            for ki in range(kh):
-                for kj in range(kw):
-                    row = ((c * kh + ki) * kw + kj) * ncols + n * plane
-                    for oy in range(out_h):
-                        i0 = image_base + (oy * sh + ki * dh) * width + kj * dw
-                        c0 = row + oy * out_w
-                        if to_columns and sw == 1:  # the common case: a contiguous copy
-                            for ox in range(out_w):
-                                cols[np.uint64(c0 + ox)] = images[np.uint64(i0 + ox)]
-                        elif to_columns:
-                            for ox in range(out_w):
-                                cols[np.uint64(c0 + ox)] = images[np.uint64(i0 + ox * sw)]
-                        else:
-                            for ox in range(out_w):
-                                images[np.uint64(i0 + ox * sw)] += cols[np.uint64(c0 + ox)]
+    _each_row(_any_row, images, n_img, channels, height, width, kh, kw, sh, sw, dh, dw, out_h, out_w, cols,
+              ncols, to_columns)
