@@ -23,6 +23,14 @@ class TestConvolution(LayerTestCase):
         {'param': 'type: "Convolution" convolution_param { num_output: 2 kernel_size: 1 '
                   'bias_term: false weight_filler { type: "gaussian" } }',
          'bottoms': [(1, 3, 3, 3)]},
+        # rows of at least 8 outputs: the direct forward and weight gradient (5 outputs: an
+        # overlapping block; 10 wide: a masked last block), the bottom diff by im2col
+        {'param': 'type: "Convolution" convolution_param { num_output: 5 kernel_size: 3 pad: 1 '
+                  'weight_filler { type: "gaussian" } bias_filler { type: "gaussian" } }',
+         'bottoms': [(2, 2, 6, 10)]},
+        {'param': 'type: "Convolution" convolution_param { num_output: 4 kernel_size: 5 '
+                  'weight_filler { type: "gaussian" } bias_filler { type: "gaussian" } }',
+         'bottoms': [(2, 1, 7, 12)]},
     ]
 
 
