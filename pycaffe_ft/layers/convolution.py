@@ -119,17 +119,24 @@ class BaseConvolutionLayer(Layer):
         images = max(1, min(images, (1 << 20) // per_image))
         return image_chunks(self.num, per_image, target=images * per_image)
 
+    def _padded(self, im):
+        """(flat zero-padded planes of im (n, C, H, W), padded H, padded W): this thread's
+        buffer, or im itself without padding."""
+        n, c, h, w = im.shape
+        ph, pw = self.pad
+        if not (ph or pw):
+            return im.reshape(-1), h, w
+        src = scratch('conv_pad', n * c * (h + 2 * ph) * (w + 2 * pw))
+        pad_planes(im.reshape(-1), n * c, h, w, ph, pw, src)
+        return src, h + 2 * ph, w + 2 * pw
+
     def _im2col(self, im):
         """im (n, C_in, H, W) -> this thread's column buffer (C_in*kh*kw, n*P)."""
         n, c = im.shape[:2]
-        (h, w), (ph, pw) = im.shape[2:], self.pad
         k = c * self.kernel[0] * self.kernel[1]
         col = scratch('conv_col', k * n * self.col_hw[0] * self.col_hw[1]).reshape(k, -1)
-        src = im.reshape(-1)
-        if ph or pw:
-            src = scratch('conv_pad', n * c * (h + 2 * ph) * (w + 2 * pw))
-            pad_planes(im.reshape(-1), n * c, h, w, ph, pw, src)
-        columns(src, n, c, h + 2 * ph, w + 2 * pw, *self._kernel_geometry(), col.reshape(-1), col.shape[1], True)
+        src, hp, wp = self._padded(im)
+        columns(src, n, c, hp, wp, *self._kernel_geometry(), col.reshape(-1), col.shape[1], True)
         return col
 
     def _kernel_geometry(self):
@@ -274,19 +281,6 @@ class ConvolutionLayer(BaseConvolutionLayer):
                     y[lo:hi] += bias.reshape(1, -1, 1)
             run_chunks(chunk, chunks)
 
-    def _padded(self, x):
-        """The images x (n, C, H, W) as flat zero-padded planes (this thread's buffer, or x
-        itself without padding)."""
-        (h, w), (ph, pw) = self.in_hw, self.pad
-        if not (ph or pw):
-            return x.reshape(-1)
-        src = scratch('conv_pad', x.shape[0] * self.channels * (h + 2 * ph) * (w + 2 * pw))
-        pad_planes(x.reshape(-1), x.shape[0] * self.channels, h, w, ph, pw, src)
-        return src
-
-    def _padded_size(self):
-        return self.in_hw[0] + 2 * self.pad[0], self.in_hw[1] + 2 * self.pad[1]
-
     def _direct_forward(self, bottom, top):
         weights = self.blobs[0].data.reshape(-1)
         bias = self.blobs[1].data if self.bias_term else weights[:1]
@@ -295,8 +289,9 @@ class ConvolutionLayer(BaseConvolutionLayer):
             y = t.data.reshape(self.num, -1)
 
             def chunk(lo, hi):
-                direct_forward(self._padded(x[lo:hi]), hi - lo, self.channels, *self._padded_size(), weights,
-                               self.num_output, *self.kernel, bias, self.bias_term, y[lo:hi].reshape(-1))
+                src, hp, wp = self._padded(x[lo:hi])
+                direct_forward(src, hi - lo, self.channels, hp, wp, weights, self.num_output, *self.kernel, bias,
+                               self.bias_term, y[lo:hi].reshape(-1))
             run_chunks(chunk, self._chunks())
 
     def backward(self, top, propagate_down, bottom):
@@ -337,8 +332,9 @@ class ConvolutionLayer(BaseConvolutionLayer):
                 w_part = None
                 if direct_w:  # (O, K), as the weights
                     w_part = np.empty_like(wdiff)
-                    direct_weight_gradient(self._padded(x[lo:hi]), hi - lo, self.channels, *self._padded_size(),
-                                           dy[lo:hi].reshape(-1), self.num_output, *self.kernel, w_part.reshape(-1))
+                    src, hp, wp = self._padded(x[lo:hi])
+                    direct_weight_gradient(src, hi - lo, self.channels, hp, wp, dy[lo:hi].reshape(-1),
+                                           self.num_output, *self.kernel, w_part.reshape(-1))
                 if not (down or (need_w and not direct_w)):
                     return w_part, bias_part
                 dy_cm = scratch('conv_out', self.num_output * (hi - lo) * plane).reshape(self.num_output, -1)
