@@ -1,6 +1,6 @@
 """Eight-float vectors in Numba kernels: LLVM's ``<8 x float>`` as a Numba type, with load
-(also of the even lanes of 16), store, splat, ramp, zero, fused multiply-add, lane-wise
-arithmetic, compare-and-select and an 8 x 8 transpose.
+(also of the even elements of 16, in swizzled lane order), store, splat, ramp, zero, fused
+multiply-add, lane-wise arithmetic, compare-and-select and an 8 x 8 transpose.
 
 Numba's loop vectorizer leaves register-blocked loops (a block of outputs kept in registers
 over a long reduction) scalar; these intrinsics write such loops with vectors directly. On a
@@ -14,7 +14,7 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic, models, register_model
 
-__all__ = ['vload', 'vload_even', 'vstore', 'vsplat', 'vfull', 'vramp', 'vzero', 'vfma', 'vadd', 'vsub',
+__all__ = ['vload', 'vload_even_swizzled', 'vunswizzle', 'vstore', 'vsplat', 'vfull', 'vramp', 'vzero', 'vfma', 'vadd', 'vsub',
            'vmul', 'vdiv', 'vwhere_gt', 'vtranspose', 'WIDTH']
 
 WIDTH = 8
@@ -52,15 +52,26 @@ def vload(typingctx, array, index):
 
 
 @intrinsic
-def vload_even(typingctx, array, index):
-    """array[index:index + 16:2] as a vector (it reads array[index + 15] too)."""
+def vload_even_swizzled(typingctx, array, index):
+    """array[index + 2 * k] for k = 0, 1, 4, 5, 2, 3, 6, 7 (lane order): the even elements of
+    array[index:index + 16] with one in-lane shuffle (no lane crossing); lane-wise work on
+    them is put back in order by :func:`vunswizzle`."""
     def codegen(context, builder, sig, args):
         pointer = _element_pointer(context, builder, sig.args[0], args[0], args[1])
-        wide = ir.VectorType(ir.FloatType(), 2 * WIDTH)
-        pairs = builder.load(builder.bitcast(pointer, wide.as_pointer()), align=4)
-        even = ir.Constant(ir.VectorType(ir.IntType(32), WIDTH), list(range(0, 2 * WIDTH, 2)))
-        return builder.shuffle_vector(pairs, ir.Constant(wide, ir.Undefined), even)
+        low = builder.load(builder.bitcast(pointer, _VECTOR.as_pointer()), align=4)
+        high_pointer = builder.gep(pointer, [ir.Constant(ir.IntType(64), WIDTH)])
+        high = builder.load(builder.bitcast(high_pointer, _VECTOR.as_pointer()), align=4)
+        return _shuffle(builder, low, high, [0, 2, 8, 10, 4, 6, 12, 14])
     return float32x8(array, index), codegen
+
+
+@intrinsic
+def vunswizzle(typingctx, vector):
+    """Lanes 0, 1, 4, 5, 2, 3, 6, 7 of ``vector``: the lane order of
+    :func:`vload_even_swizzled` back to k = 0 .. 7 (and the other way round)."""
+    def codegen(context, builder, sig, args):
+        return _shuffle(builder, args[0], ir.Constant(_VECTOR, ir.Undefined), [0, 1, 4, 5, 2, 3, 6, 7])
+    return float32x8(vector), codegen
 
 
 @intrinsic

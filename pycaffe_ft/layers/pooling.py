@@ -72,6 +72,8 @@ class PoolingLayer(Layer):
             top[1].reshape((n, c) + self.out_hw)
         if self.method in (_P.MAX, _P.STOCHASTIC) and len(top) == 1:
             self._mask = np.empty((n, c) + self.out_hw, np.float32)
+        if self.method in (_P.MAX, _P.AVE):
+            self._taps = K.window_taps(h, w, *self._args(), *self.out_hw)
 
     def _args(self):
         return (self.kernel[0], self.kernel[1], self.pad[0], self.pad[1], self.stride[0], self.stride[1])
@@ -90,17 +92,17 @@ class PoolingLayer(Layer):
             x, y = bottom[0].data, top[0].data
             mask = top[1].data if len(top) > 1 else self._mask
             for_images(lambda lo, hi: K.max_pool_forward(
-                x[lo:hi].reshape(-1), *self._geometry(x, lo, hi), y[lo:hi].reshape(-1),
-                mask[lo:hi].reshape(-1)), x.shape[0], x[0].size)
+                x[lo:hi].reshape(-1), (hi - lo) * x.shape[1], x.shape[2], x.shape[3], *self._args(),
+                *self.out_hw, self._taps, y[lo:hi].reshape(-1), mask[lo:hi].reshape(-1)), x.shape[0], x[0].size)
         else:
             x, y = bottom[0].data, top[0].data
             for_images(lambda lo, hi: K.ave_pool_forward(
-                x[lo:hi].reshape(-1), *self._geometry(x, lo, hi), y[lo:hi].reshape(-1)),
-                x.shape[0], x[0].size)
+                x[lo:hi].reshape(-1), *self._windows(x, lo, hi), y[lo:hi].reshape(-1)), x.shape[0], x[0].size)
 
-    def _geometry(self, x, lo, hi):
-        """Kernel geometry arguments for images [lo, hi) of x (N, C, H, W)."""
-        return ((hi - lo) * x.shape[1], x.shape[2], x.shape[3]) + self._args() + self.out_hw
+    def _windows(self, x, lo, hi):
+        """Plane-lane kernel arguments for images [lo, hi) of x (N, C, H, W): planes, plane
+        size and the window table."""
+        return ((hi - lo) * x.shape[1], x[0, 0].size) + self._taps
 
     def backward(self, top, propagate_down, bottom):
         if not propagate_down[0]:
@@ -115,5 +117,4 @@ class PoolingLayer(Layer):
                 dy[0, 0].size, dx[lo:hi].reshape(-1)), dx.shape[0], dx[0].size)
         else:
             for_images(lambda lo, hi: K.ave_pool_backward(
-                dy[lo:hi].reshape(-1), *self._geometry(dx, lo, hi), dx[lo:hi].reshape(-1)),
-                dx.shape[0], dx[0].size)
+                dy[lo:hi].reshape(-1), *self._windows(dx, lo, hi), dx[lo:hi].reshape(-1)), dx.shape[0], dx[0].size)

@@ -37,12 +37,10 @@ class LRNLayer(Layer):
             raise self.error('input must have 4 axes (N, C, H, W), got %s' % (list(bottom[0].shape),))
         top[0].reshape(bottom[0].shape)
         self.scale = np.empty(bottom[0].shape, np.float32)
-
-    def _plane_geometry(self, x):
-        """WITHIN_CHANNEL: AVE pooling geometry (same-size output, pad (n-1)/2, stride 1)."""
-        n, c, h, w = x.shape
-        pad = (self.size - 1) // 2
-        return (n * c, h, w, self.size, self.size, pad, pad, 1, 1, h, w)
+        if self.region != _L.ACROSS_CHANNELS:
+            n, c, h, w = bottom[0].shape
+            pad = (self.size - 1) // 2
+            self._windows = (n * c, h * w) + KP.window_taps(h, w, self.size, self.size, pad, pad, 1, 1, h, w)
 
     def forward(self, bottom, top):
         x = bottom[0].data
@@ -56,7 +54,7 @@ class LRNLayer(Layer):
             return
         sq = x * x
         avg = np.empty_like(x)
-        KP.ave_pool_forward(sq.reshape(-1), *self._plane_geometry(x), avg.reshape(-1))
+        KP.ave_pool_forward(sq.reshape(-1), *self._windows, avg.reshape(-1))
         self.scale[...] = 1.0 + np.float32(self.alpha) * avg
         top[0].data[...] = x * self.scale ** np.float32(-self.beta)
 
@@ -81,8 +79,7 @@ class LRNLayer(Layer):
         beta = np.float32(self.beta)
         d_avg = dy * x * (-beta) * self.scale ** (-beta - np.float32(1)) * np.float32(self.alpha)
         d_sq = np.empty_like(x)
-        KP.ave_pool_backward(np.ascontiguousarray(d_avg).reshape(-1), *self._plane_geometry(x),
-                             d_sq.reshape(-1))
+        KP.ave_pool_backward(np.ascontiguousarray(d_avg).reshape(-1), *self._windows, d_sq.reshape(-1))
         bottom[0].diff[...] = dy * self.scale ** (-beta) + d_sq * 2 * x
 
 

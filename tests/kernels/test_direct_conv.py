@@ -1,6 +1,7 @@
 """direct_forward and direct_weight_gradient against a float64 NumPy correlation (pads, widths
 that are not a multiple of 8, odd row counts, output counts that are not a multiple of 4 or 6,
-few and many terms per output, odd and even kernel widths, with and without bias)."""
+few and many terms per output, odd and even kernel widths, with and without bias, the bias
+gradient computed with the weight gradient)."""
 import numpy as np
 import pytest
 
@@ -51,9 +52,14 @@ def test_weight_gradient_matches_a_float64_correlation(case):
     windows = _windows(xp, (num, channels, hp, wp), k, out_hw)
     expected = np.stack([np.einsum('noyx,ncyx->oc', dy.astype(np.float64), windows[a, b]) for a, b in windows],
                         -1).reshape(w.shape)
-    dw = np.full(w.size, np.nan, np.float32)
-    direct_weight_gradient(xp, num, channels, hp, wp, dy.reshape(-1), outputs, k, k, dw)
+    dw, db = np.full(w.size, np.nan, np.float32), np.full(outputs, np.nan, np.float32)
+    direct_weight_gradient(xp, num, channels, hp, wp, dy.reshape(-1), outputs, k, k, dw, db)
     assert np.abs(dw.reshape(w.shape) - expected).max() <= 1e-6 * np.abs(expected).max()
+    bias = dy.astype(np.float64).sum(axis=(0, 2, 3))
+    assert np.abs(db - bias).max() <= 1e-6 * np.abs(bias).max()
+    again = np.full(w.size, np.nan, np.float32)
+    direct_weight_gradient(xp, num, channels, hp, wp, dy.reshape(-1), outputs, k, k, again, np.empty(0, np.float32))
+    assert again.tobytes() == dw.tobytes()
 
 
 @pytest.mark.parametrize('channels', [3, 30])

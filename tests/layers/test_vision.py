@@ -138,18 +138,22 @@ def _pool_backward_reference(dy, x_shape, k, s, p, method, mask):
 
 
 def test_max_and_ave_pooling_match_caffes_definition_bit_for_bit():
-    """Random geometries (pads, strides, windows clipped at the edges) and inputs with ties:
-    the kernels (edge outputs one by one, inner ones eight at a time as vector lanes, four at a
-    time, or in overlapping last blocks; wide rows whose last block would read past the array
-    fall back) give Caffe's bits, forward and backward (AVE's backward adds each column's terms
-    slot by slot, eight columns at a time: widths up to 40 cover its vector and scalar parts;
-    negative zeros included)."""
+    """Random geometries (pads, strides, windows clipped at the edges or empty) and inputs with
+    ties, negative zeros and infinities: both ways through the planes give Caffe's bits, forward
+    and backward. Rows of 8+ outputs at stride 1 or 2 take max pooling's row kernel (vector
+    blocks, the last one overlapping, edge windows masked lane by lane, rows whose loads would
+    leave the array one by one); the rest and AVE go eight planes at a time as lanes (15
+    planes: one full group and a partial one)."""
     rng = np.random.default_rng(3)
-    for trial in range(60):
+    for trial in range(80):
         h, w = int(rng.integers(2, 14)), int(rng.integers(2, 14 if trial < 30 else 41))
         k = int(rng.integers(1, min(h, w) + 1))
         s, p = int(rng.integers(1, 4)), int(rng.integers(0, k))
-        x = rng.integers(-2, 3, (2, 3, h, w)).astype(np.float32) * np.float32(0.37)
+        shape = (2, 3, h, w) if trial % 2 else (3, 5, h, w)
+        x = rng.integers(-2, 3, shape).astype(np.float32) * np.float32(0.37)
+        x[x == 0] = np.float32(-0.0) if trial % 3 == 0 else np.float32(0.0)
+        if trial % 4 == 0:
+            x.reshape(-1)[rng.integers(0, x.size, 3)] = (np.inf, -np.inf, np.float32(-3.4028234663852886e38))
         for method in ('MAX', 'AVE'):
             layer, bottom, top = make_layer('type: "Pooling" pooling_param { pool: %s kernel_size: %d '
                                             'stride: %d pad: %d }' % (method, k, s, p), 1)
