@@ -5,8 +5,9 @@ Configured by ``inject(specs)`` or the environment variable ``PYCAFFE_FT_INJECT_
 serial; PHASE one of forward, backward, bucket (a gradient bucket in flight during backward),
 node (a bucket in flight to the node leader, two-level reduction), leader (a bucket in flight
 among the node leaders: only a leader dies there), allreduce, agree (between a collective and
-the Agree on its outcome), snapshot, test, broadcast; default
-forward; ``PHASES`` is the one list). ``check(phase, iteration)`` is called at those points and kills the process (never
+the Agree on its outcome), snapshot, test, broadcast, regrow (spawning replacements, or sending
+them the state; replacements have the ranks after the job's, 4, 5, ... in a job of four);
+default forward; ``PHASES`` is the one list). ``check(phase, iteration)`` is called at those points and kills the process (never
 returns) when a spec matches. The kill is real (SIGKILL): this is what fault tolerance must
 survive.
 """
@@ -16,7 +17,8 @@ import time
 
 __all__ = ['inject', 'check', 'PHASES', 'parse_spec', 'warn_unfired', 'impossible']
 
-PHASES = ('forward', 'backward', 'bucket', 'node', 'leader', 'allreduce', 'agree', 'snapshot', 'test', 'broadcast')
+PHASES = ('forward', 'backward', 'bucket', 'node', 'leader', 'allreduce', 'agree', 'snapshot', 'test', 'broadcast',
+          'regrow')
 _specs = []
 _rank = [0]
 
@@ -61,19 +63,22 @@ def check(phase, iteration):
             os.kill(os.getpid(), signal.SIGKILL)
 
 
-def impossible(specs, ranks, param, parallel=True, two_level=False):
+def impossible(specs, ranks, param, parallel=True, two_level=False, regrow=False):
     """Why each of ``specs`` can never fire in a run of ``ranks`` ranks with SolverParameter
-    ``param``: a list of (spec text, reason) for the start-up warnings."""
+    ``param`` (and replacements, with ``regrow``): a list of (spec text, reason) for the
+    start-up warnings."""
     out = []
     for rank, iteration, phase in (parse_spec(s) if isinstance(s, str) else tuple(s) for s in specs):
         text = '%d:%d:%s' % (rank, iteration, phase)
         reason = None
-        if rank >= ranks:
+        if rank >= ranks and not regrow:
             reason = 'there is no rank %d in a run of %d rank%s' % (rank, ranks, '' if ranks == 1 else 's')
+        elif phase == 'regrow' and not regrow:
+            reason = 'phase regrow happens only with --regrow'
         elif iteration >= param.max_iter and phase != 'snapshot' and not (phase == 'test' and iteration == param.max_iter):
             reason = 'training ends at iteration %d' % param.max_iter
         elif not parallel and phase in ('bucket', 'node', 'leader', 'allreduce', 'agree', 'broadcast', 'test',
-                                        'forward', 'backward'):
+                                        'forward', 'backward', 'regrow'):
             reason = 'phase %s is checked only in data-parallel runs' % phase
         elif phase == 'broadcast' and iteration != 0:
             reason = 'weights are broadcast only at iteration 0'

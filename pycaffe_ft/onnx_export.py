@@ -266,14 +266,9 @@ class _Exporter:
             return self.g.node('MaxPool', [src], name=name, **attrs)
         avg = self.g.node('AveragePool', [src], name=name, count_include_pad=1, **attrs)
         # Caffe divides by the window clipped to the padded input (h + ph), not by kh * kw
-        factor = np.empty((oh, ow), np.float32)
-        for y in range(oh):
-            hs = y * sh - ph
-            he = min(hs + kh, h + ph)
-            for xx in range(ow):
-                ws = xx * sw - pw
-                we = min(ws + kw, w + pw)
-                factor[y, xx] = (kh * kw) / float((he - hs) * (we - ws))
+        from .kernels.pooling import window_taps
+        sizes = window_taps(h, w, kh, kw, ph, pw, sh, sw, oh, ow)[2].reshape(oh, ow)
+        factor = ((kh * kw) / sizes.astype(np.float64)).astype(np.float32)
         if np.all(factor == 1):
             return avg
         return self.g.node('Mul', [avg, self.g.const(name + '_divisor', factor.reshape(1, 1, oh, ow))],

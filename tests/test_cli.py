@@ -174,3 +174,14 @@ def test_fault_entries_that_can_never_fire_are_warned_about_at_start():
         '1:3:node': 'phase node exists only in a two-level reduction (--ranks-per-node, or several nodes)'}
     serial = dict(faults.impossible(['0:3:forward', '0:10:snapshot'], 1, param, parallel=False))
     assert serial == {'0:3:forward': 'phase forward is checked only in data-parallel runs'}
+    # --regrow: replacements take the ranks after the job's, and phase regrow exists
+    assert dict(faults.impossible(['5:3', '1:6:regrow'], 4, param, regrow=True)) == {}
+    assert dict(faults.impossible(['1:6:regrow'], 4, param)) == {'1:6:regrow': 'phase regrow happens only with --regrow'}
+
+
+@pytest.mark.parametrize('flags', [['--regrow'], ['--regrow', '--np', '2', '--ft', 'off']])
+def test_regrow_needs_a_fault_tolerant_job_of_several_ranks(tmp_path, flags):
+    (tmp_path / 'solver.prototxt').write_text('net: "none.prototxt"\nmax_iter: 1\n')
+    proc = subprocess.run([sys.executable, '-m', 'pycaffe_ft.cli', 'train', '--solver', 'solver.prototxt'] + flags,
+                          cwd=str(tmp_path), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1 and '--regrow replaces failed ranks of a fault-tolerant job' in proc.stderr

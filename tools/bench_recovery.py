@@ -2,7 +2,7 @@
 
 The same LeNet job (--np 4) loses rank 2 at iteration K. pycaffe-ft: the survivors recover in
 place; the cost is the recovery time its log reports (detect + shrink + recompute the orphaned
-micro-batches). Checkpoint-restart (what MaTEx's SNAPSHOT_RESTART and TorchElastic do): the
+micro-batches), and with ``--regrow`` also the time training waited for the replacement. Checkpoint-restart (what MaTEx's SNAPSHOT_RESTART and TorchElastic do): the
 whole job is stopped and started again from its last snapshot, here by this launcher's
 ``--resume auto --max-restarts 1`` with every rank killed at K; the cost is the time from the
 kill until the restarted job is back at iteration K (start-up, plus the iterations since the
@@ -52,10 +52,16 @@ def _run(job, flags, stamp):
     return proc.stderr, killed
 
 
-def shrink_cost(work, mnist, kill_at, iterations):
-    job = _job(work, mnist, 'shrink', iterations, 100)
-    log, _ = _run(job, ['--inject-fault', '2:%d:allreduce' % kill_at], os.path.join(job, 'stamp'))
-    return max(float(x) for x in re.findall(r'total recovery time ([0-9.]+)s', log))
+def shrink_cost(work, mnist, kill_at, iterations, regrow=False):
+    """The recovery time the log reports; with ``regrow``, plus the time training waited for
+    the replacement (spawn, then state and commit)."""
+    job = _job(work, mnist, 'regrow' if regrow else 'shrink', iterations, 100)
+    log, _ = _run(job, ['--inject-fault', '2:%d:allreduce' % kill_at] + (['--regrow'] if regrow else []),
+                  os.path.join(job, 'stamp'))
+    waited = [float(x) for x in re.findall(r'Re-grew to \d+ ranks .*?training waited ([0-9.]+)s', log)]
+    if regrow and not waited:
+        raise RuntimeError('no re-grow in the log:\n' + log[-3000:])
+    return max(float(x) for x in re.findall(r'total recovery time ([0-9.]+)s', log)) + sum(waited)
 
 
 def restart_cost(work, mnist, kill_at, iterations, snapshot):
@@ -81,7 +87,8 @@ def main(argv=None):
     args = ap.parse_args(argv)
     work = tempfile.mkdtemp(prefix='bench-recovery-')
     mnist = kill_campaign.prepare_mnist(os.path.join(work, 'mnist'))
-    rows = [('pycaffe-ft: shrink and continue', shrink_cost(work, mnist, args.kill_at, args.iterations))]
+    rows = [('pycaffe-ft: shrink and continue', shrink_cost(work, mnist, args.kill_at, args.iterations)),
+            ('pycaffe-ft: shrink, then re-grow to 4', shrink_cost(work, mnist, args.kill_at, args.iterations, True))]
     for snapshot in (100, 1000):
         rows.append(('checkpoint-restart, snapshot every %d' % snapshot,
                      restart_cost(work, mnist, args.kill_at, args.iterations, snapshot)))
@@ -95,7 +102,7 @@ def main(argv=None):
         matplotlib.use('Agg')
         import matplotlib.pyplot as plt
         fig, ax = plt.subplots(figsize=(8, 3))
-        ax.barh([r[0] for r in rows][::-1], [r[1] for r in rows][::-1], color=['tab:orange', 'tab:orange', 'tab:blue'])
+        ax.barh([r[0] for r in rows][::-1], [r[1] for r in rows][::-1], color=['tab:orange', 'tab:orange', 'tab:blue', 'tab:blue'])
         for k, (_, seconds) in enumerate(rows[::-1]):
             ax.text(seconds, k, ' %.2f s' % seconds, va='center')
         ax.set_xlabel('seconds lost to one failure at iteration %d (LeNet, 4 ranks)' % args.kill_at)

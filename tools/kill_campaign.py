@@ -6,11 +6,13 @@ phases (forward, backward, allreduce, the Agree after a collective, test, snapsh
 weight broadcast), or kills every rank at once and lets the launcher restart the job from its
 newest snapshot
 (``--resume auto --max-restarts 1``); ``--deterministic`` trains every run in that mode (where
-the deviation must be 0). A run *finishes* when ``pycaffe-ft train`` exits 0 and the
-final snapshot is there. Prints a table: schedules, finished, the largest weight deviation from
-the failure-free run (relative to max|w|), ledgers equal, recovery time (median, worst).
+the deviation must be 0); ``--regrow`` trains with re-grow and also kills while replacements are
+spawned or join (phase regrow) and replacements after they joined. A run *finishes* when
+``pycaffe-ft train`` exits 0 and the final snapshot is there. Prints a table: schedules,
+finished, the largest weight deviation from the failure-free run (relative to max|w|), ledgers
+equal, recovery time (median, worst), re-grows and how long training waited for them.
 
-    python tools/kill_campaign.py [--runs 30] [--np 4] [--seed 0] [--iterations 30]
+    python tools/kill_campaign.py [--runs 30] [--np 4] [--seed 0] [--iterations 30] [--regrow]
 """
 import argparse
 import json
@@ -63,8 +65,18 @@ def prepare_mnist(directory):
     return directory
 
 
-def schedule(rng, ranks, iterations):
-    """(description, extra command-line flags) of one random failure schedule."""
+def schedule(rng, ranks, iterations, regrow=False):
+    """(description, extra command-line flags) of one random failure schedule; with ``regrow``,
+    kills while replacements are spawned or join (phase regrow) and of replacements themselves
+    (ranks from ``ranks`` on) too."""
+    if regrow:
+        flags, parts = ['--regrow'], []
+        for rank in rng.sample(range(ranks), rng.randint(1, ranks - 1)):
+            phase = rng.choice(['forward', 'backward', 'allreduce', 'agree', 'regrow'])
+            parts.append('%d:%d:%s' % (rank, rng.randrange(1, iterations // 2), phase))
+        if rng.random() < 0.5:  # the first replacement, once it has joined
+            parts.append('%d:%d:%s' % (ranks, rng.randrange(iterations // 2, iterations), rng.choice(['forward', 'allreduce'])))
+        return ' '.join(parts), flags + [arg for spec in parts for arg in ('--inject-fault', spec)]
     if rng.random() < 0.15:  # the whole job dies: every rank at the same point
         at = rng.randrange(11, iterations)
         flags = ['--resume', 'auto', '--max-restarts', '1']
@@ -112,7 +124,7 @@ def ledger(job):
     return entries
 
 
-def campaign(runs, ranks, seed, iterations, log=print, deterministic=False):
+def campaign(runs, ranks, seed, iterations, log=print, deterministic=False, regrow=False):
     work = tempfile.mkdtemp(prefix='kill-campaign-')
     mnist = prepare_mnist(os.path.join(work, 'mnist'))
     ok = make_job(os.path.join(work, 'ok'), mnist, iterations)
@@ -125,7 +137,7 @@ def campaign(runs, ranks, seed, iterations, log=print, deterministic=False):
     rng = random.Random(seed)
     rows = []
     for k in range(runs):
-        what, flags = schedule(rng, ranks, iterations)
+        what, flags = schedule(rng, ranks, iterations, regrow)
         job = make_job(os.path.join(work, 'run%d' % k), mnist, iterations)
         code, err = run(job, ranks, flags + mode)
         final = os.path.exists(os.path.join(job, 'lenet_iter_%d.solverstate' % iterations))
@@ -133,11 +145,13 @@ def campaign(runs, ranks, seed, iterations, log=print, deterministic=False):
         deviation = max(float(np.abs(weights(job, iterations)[key] - w).max()) for key, w in reference.items()) \
             / scale if finished else float('nan')
         recovery = [float(x) for x in re.findall(r'total recovery time ([0-9.]+)s', err)]
+        waits = [float(x) for x in re.findall(r'Re-grew to \d+ ranks .*?training waited ([0-9.]+)s', err)]
         rows.append({'schedule': what, 'finished': finished, 'deviation': deviation,
                      'ledger_equal': finished and ledger(job) == reference_ledger,
-                     'recovery_s': max(recovery) if recovery else 0.0, 'exit': code})
-        log('%-60s finished=%s deviation=%.2e ledger=%s recovery=%.3fs' % (
-            what[:60], finished, deviation, rows[-1]['ledger_equal'], rows[-1]['recovery_s']))
+                     'recovery_s': max(recovery) if recovery else 0.0, 'exit': code, 'regrow_s': waits})
+        log('%-60s finished=%s deviation=%.2e ledger=%s recovery=%.3fs re-grows=%s' % (
+            what[:60], finished, deviation, rows[-1]['ledger_equal'], rows[-1]['recovery_s'],
+            ' '.join('%.3fs' % w for w in waits) or '-'))
         if not finished:
             log(err[-2000:])
     return rows
@@ -146,13 +160,16 @@ def campaign(runs, ranks, seed, iterations, log=print, deterministic=False):
 def table(rows, ranks, deterministic=False):
     finished = [r for r in rows if r['finished']]
     recoveries = [r['recovery_s'] for r in finished if r['recovery_s'] > 0]
+    waits = [w for r in finished for w in r.get('regrow_s', [])]
     return '\n'.join([
-        '| mode | ranks | schedules | finished | max weight deviation / max\\|w\\| | ledgers equal | recovery median / worst |',
-        '|---|---|---|---|---|---|---|',
-        '| %s | %d | %d | %d | %.2e | %d of %d | %.3f s / %.3f s |' % (
+        '| mode | ranks | schedules | finished | max weight deviation / max\\|w\\| | ledgers equal | recovery median / worst '
+        '| re-grows: count, wait median / worst |',
+        '|---|---|---|---|---|---|---|---|',
+        '| %s | %d | %d | %d | %.2e | %d of %d | %.3f s / %.3f s | %d, %.3f s / %.3f s |' % (
             'deterministic' if deterministic else 'default', ranks, len(rows), len(finished), max([r['deviation'] for r in finished] or [float('nan')]),
             sum(r['ledger_equal'] for r in finished), len(finished),
-            statistics.median(recoveries) if recoveries else 0.0, max(recoveries or [0.0]))])
+            statistics.median(recoveries) if recoveries else 0.0, max(recoveries or [0.0]), len(waits),
+            statistics.median(waits) if waits else 0.0, max(waits or [0.0]))])
 
 
 def main(argv=None):
@@ -162,8 +179,11 @@ def main(argv=None):
     ap.add_argument('--seed', type=int, default=0)
     ap.add_argument('--iterations', type=int, default=30)
     ap.add_argument('--deterministic', action='store_true', help='train with --deterministic (expect 0 deviation)')
+    ap.add_argument('--regrow', action='store_true', help='train with --regrow: schedules kill members and '
+                                                          'replacements while they are spawned, join and train')
     args = ap.parse_args(argv)
-    rows = campaign(args.runs, args.np, args.seed, args.iterations, deterministic=args.deterministic)
+    rows = campaign(args.runs, args.np, args.seed, args.iterations, deterministic=args.deterministic,
+                    regrow=args.regrow)
     print(table(rows, args.np, args.deterministic))
     limit = 0.0 if args.deterministic else 1e-5
     bad = [r for r in rows if not r['finished'] or r['deviation'] > limit or not r['ledger_equal']]

@@ -194,6 +194,9 @@ def cmd_train(args):
         raise CaffeError('give --snapshot FILE or --resume auto, not both')
     if args.max_restarts and (args.np == 1 or parallel):
         raise CaffeError('--max-restarts restarts the ranks that --np N (N > 1) starts')
+    if args.regrow and (args.ft == 'off' or (args.np == 1 and not parallel)):
+        raise CaffeError('--regrow replaces failed ranks of a fault-tolerant job: it needs --np N (N > 1) or '
+                         'mpiexec, and --ft on')
     snapshot = args.snapshot or (_newest_snapshot(args.solver) if args.resume else None)
     if args.np > 1 and not parallel:
         return _launch_ranks(args, snapshot)
@@ -204,7 +207,7 @@ def cmd_train(args):
         train_parallel(args.solver, parallel=parallel, ft=args.ft != 'off', virtual_workers=virtual_workers,
                        min_ranks=args.min_ranks, ledger=args.ledger, overlap=args.overlap == 'on',
                        bucket_mb=args.bucket_mb, hierarchy=args.hierarchy, ranks_per_node=args.ranks_per_node,
-                       deterministic=args.deterministic, **common)
+                       deterministic=args.deterministic, regrow=args.regrow, max_regrows=args.max_regrows, **common)
         return 0  # an MPI rank then ends in main() without MPI_Finalize
     train(args.solver, **common)
     return 0
@@ -218,7 +221,7 @@ def _warn_impossible_faults(args):
     ranks = args.np
     data_parallel = ranks > 1 or (args.virtual_workers or 1) > 1
     two_level = bool(args.ranks_per_node) and args.hierarchy == 'auto' or bool(args.hostfile or args.host)
-    for spec, reason in faults.impossible(args.inject_fault, ranks, param, data_parallel, two_level):
+    for spec, reason in faults.impossible(args.inject_fault, ranks, param, data_parallel, two_level, args.regrow):
         logger.warning('--inject-fault %s can never fire: %s', spec, reason)
 
 
@@ -285,9 +288,11 @@ def _launch_ranks(args, snapshot):
         else:
             code = launch(args.np, run, **options)
         finished = os.path.exists(status)
-        if finished:
+        if finished:  # the root wrote it after the final snapshot: what follows is the ranks' exit
             os.unlink(status)
-        if code == 0 and finished:
+            if code != 0:
+                logger.warning('mpiexec exited with code %d after training had finished (a process ending badly '
+                               'at exit); the final snapshot is complete', code)
             return 0
         if code == 0:  # with ULFM mpiexec reports 0 even when every rank was killed
             code = 1
@@ -524,6 +529,11 @@ def build_parser():
     p.add_argument('--ft', default='on', choices=['on', 'off'], help='ULFM fault tolerance (off: fail-stop MPI)')
     p.add_argument('--min-ranks', '--min_ranks', type=_positive_int, default=1,
                    help='give up (with a final snapshot) below this many ranks')
+    p.add_argument('--regrow', action='store_true',
+                   help='with --np: after ranks fail, spawn replacements (MPI_Comm_spawn) that receive the state '
+                        'and take workers back, so the job returns to its starting size')
+    p.add_argument('--max-regrows', '--max_regrows', type=_non_negative_int, default=10,
+                   help='with --regrow: at most this many re-grow attempts (default 10)')
     p.add_argument('--inject-fault', '--inject_fault', action='append', default=[], type=_fault_spec,
                    help='RANK:ITER[:PHASE]: SIGKILL that rank there; phases: %s (bucket: a gradient bucket in '
                         'flight; node and leader: a bucket in flight at that level of a two-level reduction); '
@@ -677,8 +687,29 @@ def main(argv=None):
     if rank:  # an MPI rank ends here: MPI_Finalize can hang for ever under ULFM (after failures, or in
         sys.stdout.flush()  # the heartbeat detector's finalize when ranks end apart); mpiexec gets the code
         sys.stderr.flush()
+        _end_if_spawned(code)
         os._exit(code)
     return code
+
+
+def _end_if_spawned(code):
+    """A replacement that a re-grow spawned: mpiexec ends the whole job when a spawned process
+    exits without MPI_Finalize (the ranks it started may), but survives one that is killed. So
+    at the end of training it finalizes (bounded: after 10 s it is killed), and after an error
+    it is killed, a failure the other ranks recover from (a finalized process would leave them
+    waiting)."""
+    from ..parallel.comm import JOINING
+    if not JOINING:
+        return
+    import signal
+    import threading
+    if code != 0:
+        os.kill(os.getpid(), signal.SIGKILL)
+    watchdog = threading.Timer(10.0, os.kill, (os.getpid(), signal.SIGKILL))
+    watchdog.daemon = True
+    watchdog.start()
+    from mpi4py import MPI
+    MPI.Finalize()
 
 
 def _in_mpi_job():

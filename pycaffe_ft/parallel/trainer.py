@@ -8,9 +8,18 @@ process failure anywhere (a bucket in flight, the wait, agree, broadcast, test r
 recover the communicator (revoke, shrink, agree), give the dead ranks' workers to survivors,
 compute only those orphaned micro-batches, and retry from the kept local sum. This class is the
 one state object and its ``_collective`` the one retry loop that handle MPI failures.
+
+Re-grow (``regrow``): at the end of an iteration after a shrink, the members spawn replacements
+and merge with them (they wait for that only), then train on while the replacements build their
+solvers; at the first iteration end where every replacement is ready, the root sends them the
+state (weights, solver history, iteration; data cursors and random streams follow from the
+iteration) and all Agree to commit (ULFM's Agree fails at all or at none). A failure before the
+commit abandons the replacements (they end) and training goes on with the members; after it,
+a replacement is a member like any other.
 """
 import json
 import os
+import sys
 import time
 
 import numpy as np
@@ -24,11 +33,19 @@ from .buckets import BucketedReduction, Levels, bucket_elements, plan_buckets
 from .comm import ProcessFailure
 from .workers import assign, reassign, record_of
 
-__all__ = ['DataParallelSolver', 'TooFewRanks']
+__all__ = ['DataParallelSolver', 'TooFewRanks', 'ReplacementAbandoned']
+
+REGROW_READY_TIMEOUT_S = 600.0
+"""Replacements not ready this long after their spawn are abandoned (and a new re-grow tried)."""
 
 
 class TooFewRanks(CaffeError):
     """Fewer ranks survive than --min-ranks."""
+
+
+class ReplacementAbandoned(CaffeError):
+    """This spawned replacement was given up by the job before it joined (a failure during the
+    re-grow); it ends without having trained."""
 
 
 class DataParallelSolver(Solver):
@@ -37,12 +54,16 @@ class DataParallelSolver(Solver):
     as Caffe divides by iter_size."""
 
     def __init__(self, param, comm, virtual_workers=None, min_ranks=1, ledger=None, overlap=False,
-                 bucket_mb=None, hierarchy='auto', ranks_per_node=None, deterministic=False, **kwargs):
+                 bucket_mb=None, hierarchy='auto', ranks_per_node=None, deterministic=False, regrow=False,
+                 max_regrows=10, argv=None, **kwargs):
         self.comm = comm
         super().__init__(param, **kwargs)
         self.V = virtual_workers or comm.size
         self.min_ranks = min_ranks
-        self.hosting = assign(self.V, comm.members)
+        joining = getattr(comm, 'joining', False)
+        self.hosting = {} if joining else assign(self.V, comm.members)
+        self.regrow, self.regrows_left, self.argv = regrow, max_regrows, list(sys.argv[1:] if argv is None else argv)
+        self.target_size, self.regrows, self._pending = comm.size, [], None
         self.failures = []
         self._detect_s = 0.0
         self.samples = 0
@@ -56,7 +77,8 @@ class DataParallelSolver(Solver):
                 layer.keep_5x5_rounding = True
         self._setup_data_layers()
         self._setup_batchnorm()
-        self._broadcast_weights()
+        if not joining:
+            self._broadcast_weights()
         self.deterministic = deterministic
         self.overlap = overlap and not deterministic
         per_bucket = bucket_elements(self.net.param_diff.size, bucket_mb)
@@ -74,7 +96,10 @@ class DataParallelSolver(Solver):
             raise CaffeError('--ranks-per-node must be at least 1, got %d' % ranks_per_node)
         self.hierarchy, self.ranks_per_node = hierarchy, ranks_per_node
         self._levels, self._levels_stale = None, True
-        self._collective(self._build_levels, 'levels')
+        if joining:
+            self._join()
+        else:
+            self._collective(self._build_levels, 'levels')
         logger.info('Gradient reduction: %d float32 buckets of >= %.3g MB%s', len(self.buckets), per_bucket * 4 / 2 ** 20,
                     ', deterministic (one slot per virtual worker, summed in worker order)' if deterministic else
                     ', overlapped with backward' if self.overlap else ', after backward (no overlap)')
@@ -283,8 +308,11 @@ class DataParallelSolver(Solver):
 
     def _agreed_action(self):
         """What a signal at any rank asked for, agreed through the last reduction (so every
-        rank stops or snapshots at the same iteration)."""
+        rank stops or snapshots at the same iteration); called at every iteration's end, where
+        a re-grow advances."""
         action, self._agreed_request = self._agreed_request, NONE
+        if self.regrow and action != STOP and self.iter < self.param.max_iter:
+            self._regrow_step()
         return action
 
     def _layer_done(self, layer_index):
@@ -374,11 +402,125 @@ class DataParallelSolver(Solver):
                 for line in lines:
                     f.write(json.dumps(line) + '\n')
 
+    # -- re-grow -----------------------------------------------------------------------------
+    def _regrow_step(self):
+        """At an iteration's end: spawn replacements if ranks are missing, or let the spawned
+        ones join once all are ready. A failure on the way abandons them (they end) and is
+        recovered from like any other; a later iteration tries again."""
+        try:
+            if self._pending is not None:
+                self._join_if_ready()
+            elif self.comm.size < self.target_size and self.regrows_left > 0:
+                self._spawn_replacements()
+        except ProcessFailure:
+            self._abandon_replacements()
+            self._detect_s = 0.0
+            self._recover('regrow')
+
+    def _spawn_replacements(self):
+        """One replacement per re-grow (several missing ranks come back one after the other):
+        Open MPI ends every process of a spawned job when one of them dies, so replacements
+        spawned together would die together."""
+        self.regrows_left -= 1
+        started = time.perf_counter()
+        faults.check('regrow', self.iter)
+        merged = self.comm.spawn(1, self.argv + ['--virtual-workers', str(self.V)])
+        try:
+            ready = merged.Ibarrier()  # completes when the replacement has built its solver
+        except self.comm.MPI.Exception:
+            self.comm.abandon(merged)
+            raise ProcessFailure('the replacement\'s readiness barrier failed') from None
+        self._pending = {'merged': merged, 'ready': ready, 'iter': self.iter, 'started': started,
+                         'spawn_s': time.perf_counter() - started}
+
+    def _join_if_ready(self):
+        pending = self._pending
+        try:
+            ready, failed = bool(pending['ready'].Test()), False
+        except self.comm.MPI.Exception:
+            ready, failed = False, True
+        waited = time.perf_counter() - pending['started']
+        if not self.comm.agree(not failed and waited < REGROW_READY_TIMEOUT_S):
+            logger.warning('Giving up the replacement spawned at iteration %d (%s)', pending['iter'],
+                           'one failed' if failed else 'not ready after %.0fs' % REGROW_READY_TIMEOUT_S)
+            self._abandon_replacements()
+            return
+        if not self.comm.agree(ready):
+            return
+        started = time.perf_counter()
+        faults.check('regrow', self.iter)
+        merged, old_size = pending['merged'], self.comm.size
+        try:
+            self.comm._call(merged.bcast, self._member_state() if self.is_root else None, 0)
+            prepared = self.comm.prepare(merged, self.comm.next_id, old_size)
+            committed = bool(self.comm._call(merged.Agree, 1))  # fails at all members or at none
+        except ProcessFailure:
+            committed = False
+        if not committed:
+            raise ProcessFailure('a failure while the replacements joined')
+        self._pending = None
+        self.comm.switch(merged, prepared)
+        self._after_regrow()
+        joined_s = time.perf_counter() - started
+        self.regrows.append({'iter': self.iter, 'spawned_at': pending['iter'], 'ids': self.comm.members[old_size:],
+                             'wait_s': pending['spawn_s'] + joined_s})
+        (logger.warning if self.is_root else logger.info)(  # one line per re-grow
+            'Re-grew to %d ranks at iteration %d: replacement rank(s) %s (spawned at iteration %d in %.3fs, state '
+            'sent and joined in %.3fs: training waited %.3fs); workers %s', self.comm.size, self.iter,
+            self.comm.members[old_size:], pending['iter'], pending['spawn_s'], joined_s, pending['spawn_s'] + joined_s,
+            {r: w for r, w in self.hosting.items()})
+
+    def _abandon_replacements(self):
+        if self._pending is not None:
+            self.comm.abandon(self._pending['merged'])
+            self._pending = None
+
+    def _after_regrow(self):
+        """Every member, replacements included, after the commit: an even share of workers."""
+        self.hosting = assign(self.V, self.comm.members)
+        self._levels_stale = True
+
+    def _member_state(self):
+        """What a replacement needs to continue as a member (the root's copy)."""
+        return {'next_id': self.comm.next_id, 'old_size': self.comm.size,
+                'iter': self.iter, 'current_step': self.current_step, 'V': self.V, 'target_size': self.target_size,
+                'regrows_left': self.regrows_left, 'samples': self.samples,
+                'blobs': [b.data for layer in self.net.layers for b in layer.blobs],
+                'history': self.history, 'losses': self.losses, 'smoothed_loss': self.smoothed_loss}
+
+    def _join(self):
+        """A replacement: say it is ready (the members' barrier), receive the state, Agree to
+        commit. Raises ReplacementAbandoned if the job gave it up first."""
+        merged = self.comm.comm
+        try:
+            self.comm._call(lambda: merged.Ibarrier().Wait())  # matches the members' Ibarrier
+            state = self.comm._call(merged.bcast, None, 0)
+            prepared = self.comm.prepare(merged, state['next_id'], state['old_size'])
+            fits = state['V'] == self.V and len(state['blobs']) == sum(len(layer.blobs) for layer in self.net.layers)
+            if not self.comm._call(merged.Agree, int(fits)):
+                raise ProcessFailure('commit refused' if fits else 'this process builds another net or another '
+                                     'number of virtual workers (%d, the job %d)' % (self.V, state['V']))
+        except ProcessFailure as e:
+            raise ReplacementAbandoned('the job gave up this replacement before it joined (%s)' % e) from None
+        self.comm.switch(merged, prepared)
+        blobs = [b for layer in self.net.layers for b in layer.blobs]
+        for blob, data in zip(blobs, state['blobs']):
+            blob.data[...] = data
+        for mine, theirs in zip(self.history, state['history']):
+            mine[...] = theirs
+        self.iter, self.current_step, self.samples = state['iter'], state['current_step'], state['samples']
+        self.target_size, self.regrows_left = state['target_size'], state['regrows_left']
+        self.losses, self.smoothed_loss = list(state['losses']), state['smoothed_loss']
+        self.sync_data_positions()
+        self._after_regrow()
+        self._set_root_logging()
+
     # -- failures ----------------------------------------------------------------------------
     def _recover(self, phase):
         t_detect = time.perf_counter()
         was_root = self.is_root
         old_hosting = self.hosting
+        self._abandon_replacements()  # spawned for the old membership: a later iteration spawns anew
         dead, seconds = self.comm.recover()
         self._levels_stale = True  # rebuilt from the shrunk communicator before the next reduction
         if not dead:
@@ -464,13 +606,16 @@ class DataParallelSolver(Solver):
         return None
 
     def summary(self):
+        self._abandon_replacements()  # still building at the end: let it end now
         faults.warn_unfired()
         total = sum(f['recovery_s'] for f in self.failures)
         logger.info('Parallel training summary: %d virtual workers, %d ranks alive of %d, %d failures '
-                    '(%s), total recovery time %.3fs, %d samples processed', self.V, self.comm.size,
+                    '(%s), total recovery time %.3fs, %d re-grows%s, %d samples processed', self.V, self.comm.size,
                     len(self.comm.members) + sum(len(f['dead']) for f in self.failures), len(self.failures),
                     ', '.join('ranks %s at iteration %d (%s)' % (f['dead'], f['iter'], f['phase']) for f in self.failures) or 'none',
-                    total, self.samples)
+                    total, len(self.regrows), ''.join(' (ranks %s joined at iteration %d, training waited %.3fs)'
+                                                      % (g['ids'], g['iter'], g['wait_s']) for g in self.regrows),
+                    self.samples)
         if self.reductions:
             logger.info('Gradient reduction: %.2f ms per iteration exposed (from the last rank\'s end of '
                         'backward to the agreed sum); %.2f ms per iteration spent waiting for it after '
