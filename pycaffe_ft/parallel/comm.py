@@ -2,8 +2,8 @@
 
 ``SerialComm`` (one process, no MPI), ``MPIComm`` (fail-stop MPI) and ``ULFMComm`` (a Dup of
 COMM_WORLD with MPI.ERRORS_RETURN; process failures raise :class:`ProcessFailure`,
-``recover()`` revokes, shrinks and agrees, and ``spawn()`` / ``adopt()`` bring replacement
-processes in). ``mpi4py.MPI`` is imported only when an MPI communicator is created.
+``recover()`` revokes, shrinks and agrees, and ``spawn()``, ``prepare()`` and ``switch()`` bring
+replacement processes in). ``mpi4py.MPI`` is imported only when an MPI communicator is created.
 
 A member's identity (``world_rank``, the keys of ``members`` and ``processes``) is its rank in
 the job's COMM_WORLD for the ranks mpiexec started, and the next unused number for each
@@ -170,6 +170,11 @@ def _start_time(pid):
     return int(fields[19]) if fields is not None and len(fields) > 19 else None
 
 
+def _this_process(identity):
+    """(identity, host, pid, start time) of this process."""
+    return identity, socket.gethostname(), os.getpid(), _start_time(os.getpid())
+
+
 class ULFMComm(MPIComm):
     """ULFM: collectives raise ProcessFailure; ``recover()`` = Revoke, Shrink, Agree."""
 
@@ -201,8 +206,7 @@ class ULFMComm(MPIComm):
     def _gather_processes(self):
         """Who is who, to end a rank excluded as hung (see recover): identity -> (host, pid,
         start time)."""
-        mine = (self.world_rank, socket.gethostname(), os.getpid(), _start_time(os.getpid()))
-        self.processes = {entry[0]: entry[1:] for entry in self.comm.allgather(mine)}
+        self.processes = {entry[0]: entry[1:] for entry in self.comm.allgather(_this_process(self.world_rank))}
 
     def _call(self, fn, *args):
         """Any MPI error in a collective is handled as a possible process failure: a peer that
@@ -333,7 +337,7 @@ class ULFMComm(MPIComm):
         who once it is the communicator. Replacements (its ranks from ``old_size`` on) take the
         identities next_id, next_id + 1, ... Raises ProcessFailure if it fails here."""
         me = self.world_rank if self.world_rank is not None else next_id + merged.Get_rank() - old_size
-        entries = self._call(merged.allgather, (me, socket.gethostname(), os.getpid(), _start_time(os.getpid())))
+        entries = self._call(merged.allgather, _this_process(me))
         return {'world_rank': me, 'next_id': next_id + merged.Get_size() - old_size,
                 'members': [entry[0] for entry in entries], 'processes': {entry[0]: entry[1:] for entry in entries}}
 
