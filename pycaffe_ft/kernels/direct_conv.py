@@ -12,10 +12,13 @@ more passes. The last block of columns, rows or channels is shifted back to end 
 the outputs it shares with the block before are written again with the same bits.
 
 Weight gradient: dw[o, c, ky, kx] = sum over images and positions of dy[o] * x[c] shifted by
-(ky, kx); lanes run along output rows, a block of four output channels by two kx taps is eight
-vector sums, each image's sums added into a per-lane total, the lanes summed at the end. It
-reads dy in NCHW where im2col needed it copied to (C, N*P) and a column buffer written. (Four
-outputs by three taps, 12 sums, ran out of AVX2's registers: 1.7x slower.)
+(ky, kx); lanes run along output rows, a block of three output channels by three taps is nine
+vector sums (six loads feed nine fused multiply-adds; four channels by two taps, eight sums from
+six loads, ran 4-10% slower on CIFAR10-quick's conv1 and as fast on LeNet's), each image's sums
+added into a per-lane total, the lanes summed at the end. Every (channel, tap) is its own chain,
+so the blocking does not change the bits. It reads dy in NCHW where im2col needed it copied to
+(C, N*P) and a column buffer written. (Four outputs by three taps, 12 sums, ran out of AVX2's
+registers: 1.7x slower.)
 
 Images are the zero-padded planes (n, C, H + 2 ph, W + 2 pw) made by
 :func:`~pycaffe_ft.kernels.im2col.pad_planes`; all arrays are flat float32.
@@ -177,35 +180,33 @@ def _forward(x, num, channels, height_p, width_p, w, outputs, kh, kw, bias, use_
 
 
 @njit(cache=True, nogil=True, inline='always')
-def _gradient_block(x, dy, acc, ai, step, sa, sb, d0, width_p, out_w, out_h, out_plane, lanes, overlap):
-    """acc[ai + i * step + (0 | 8) ..] += the eight lane sums of 4 output channels x 2 taps over
-    one image (sa/sb: the taps' first inputs, d0: the first dy element). Where out_w is not a multiple of 8 the
-    last block of a row starts at out_w - 8 and its lanes below ``overlap`` (counted in the
-    block before) are masked out of dy."""
-    a0 = a1 = a2 = a3 = b0 = b1 = b2 = b3 = vzero()
+def _gradient_block(x, dy, acc, ai, step, sa, sb, sc, d0, width_p, out_w, out_h, out_plane, lanes, overlap):
+    """acc[ai + i * step + (0 | 8 | 16) ..] += the nine lane sums of 3 output channels x 3 taps
+    over one image (sa/sb/sc: the taps' first inputs, d0: the first dy element). Where out_w is
+    not a multiple of 8 the last block of a row starts at out_w - 8 and its lanes below
+    ``overlap`` (counted in the block before) are masked out of dy."""
+    a0 = a1 = a2 = b0 = b1 = b2 = c0 = c1 = c2 = vzero()
     z = vzero()
     for yy in range(out_h):
-        ra, rb, d = sa + yy * width_p, sb + yy * width_p, d0 + yy * out_w
+        ra, rb, rc, d = sa + yy * width_p, sb + yy * width_p, sc + yy * width_p, d0 + yy * out_w
         x0 = 0
         while x0 < out_w:
             start = min(x0, out_w - 8)
-            v, u = vload(x, ra + start), vload(x, rb + start)
+            u, v, w = vload(x, ra + start), vload(x, rb + start), vload(x, rc + start)
             g0 = vload(dy, d + start)
             g1 = vload(dy, d + start + out_plane)
             g2 = vload(dy, d + start + 2 * out_plane)
-            g3 = vload(dy, d + start + 3 * out_plane)
             if start != x0:
                 g0, g1 = vwhere_gt(lanes, overlap, g0, z), vwhere_gt(lanes, overlap, g1, z)
-                g2, g3 = vwhere_gt(lanes, overlap, g2, z), vwhere_gt(lanes, overlap, g3, z)
-            a0, b0 = vfma(g0, v, a0), vfma(g0, u, b0)
-            a1, b1 = vfma(g1, v, a1), vfma(g1, u, b1)
-            a2, b2 = vfma(g2, v, a2), vfma(g2, u, b2)
-            a3, b3 = vfma(g3, v, a3), vfma(g3, u, b3)
+                g2 = vwhere_gt(lanes, overlap, g2, z)
+            a0, b0, c0 = vfma(g0, u, a0), vfma(g0, v, b0), vfma(g0, w, c0)
+            a1, b1, c1 = vfma(g1, u, a1), vfma(g1, v, b1), vfma(g1, w, c1)
+            a2, b2, c2 = vfma(g2, u, a2), vfma(g2, v, b2), vfma(g2, w, c2)
             x0 = start + 8
-    for i, (first, second) in enumerate(((a0, b0), (a1, b1), (a2, b2), (a3, b3))):
-        at = ai + i * step
-        vstore(acc, at, vadd(vload(acc, at), first))
-        vstore(acc, at + 8, vadd(vload(acc, at + 8), second))
+    for i, sums in enumerate(((a0, b0, c0), (a1, b1, c1), (a2, b2, c2))):
+        for j in range(3):
+            at = ai + i * step + 8 * j
+            vstore(acc, at, vadd(vload(acc, at), sums[j]))
 
 
 @njit(cache=True, nogil=True, inline='always')
@@ -232,42 +233,40 @@ def direct_weight_gradient(x, num, channels, height_p, width_p, dy, outputs, kh,
     (num, outputs, out_h, out_w), overwritten; db (outputs), unless empty, = the bias gradient
     (dy summed over images and positions), each block of output channels summed while its dy
     is in cache (CIFAR10-quick's conv1: the bias gradient by NumPy took 1.2 of 10.3 ms). Needs
-    outputs >= 4, channels * kh * kw >= 2, out_w >= 8. Taps (c, ky, kx) are paired in that order
-    (CIFAR10-quick's 75: 38 pairs, where pairing along kx computed 90 taps); the last block of 4
-    channels and, for an odd tap count, the last pair are shifted back to end at the edge; their
-    repeated sums are computed and dropped.
+    outputs >= 3, channels * kh * kw >= 3, out_w >= 8. Taps (c, ky, kx) are grouped by three in
+    that order (CIFAR10-quick's 75: 25 groups); the last block of channels and the last group
+    of taps are shifted back to end at the edge; their repeated sums are computed and dropped.
     The result depends on the shapes only."""
     out_h, out_w = height_p - kh + 1, width_p - kw + 1
     plane_p, out_plane = height_p * width_p, out_h * out_w
     lanes = vramp(np.float32(0.0), np.float32(1.0))
     overlap = vfull(np.float32((8 - out_w % 8) % 8) - np.float32(0.5))
     taps = channels * kh * kw
-    pairs = (taps + 1) // 2
-    blocks = (outputs + 3) // 4
-    step = pairs * 16  # one output channel's sums: 2 taps x 8 lanes per pair
-    acc = np.zeros(blocks * 4 * step, np.float32)
+    groups, blocks = (taps + 2) // 3, (outputs + 2) // 3
+    step = groups * 24  # one output channel's sums: 3 taps x 8 lanes per group
+    acc = np.zeros(blocks * 3 * step, np.float32)
     bias_sums = np.zeros(outputs * 8, np.float32)
     for n in range(num):
         for block in range(blocks):
-            o = min(4 * block, outputs - 4)
+            o = min(3 * block, outputs - 3)
             d0 = (n * outputs + o) * out_plane
-            for pair in range(pairs):
-                first = min(2 * pair, taps - 2)  # taps first and first + 1, in (c, ky, kx) order
-                _gradient_block(x, dy, acc, 4 * block * step + pair * 16, step,
+            for group in range(groups):
+                first = min(3 * group, taps - 3)  # taps first .. first + 2, in (c, ky, kx) order
+                _gradient_block(x, dy, acc, 3 * block * step + group * 24, step,
                                 _tap_start(first, n, channels, kh, kw, plane_p, width_p),
-                                _tap_start(first + 1, n, channels, kh, kw, plane_p, width_p), d0, width_p, out_w,
+                                _tap_start(first + 1, n, channels, kh, kw, plane_p, width_p),
+                                _tap_start(first + 2, n, channels, kh, kw, plane_p, width_p), d0, width_p, out_w,
                                 out_h, out_plane, lanes, overlap)
-            for oc in range(4 * block if db.size else o + 4, o + 4):  # the block's channels not counted before
+            for oc in range(3 * block if db.size else o + 3, o + 3):  # the block's channels not counted before
                 _add_lane_sums(dy, (n * outputs + oc) * out_plane, out_plane, bias_sums, oc * 8)
     for oc in range(db.size):
         db[oc] = _sum_lanes(bias_sums, oc * 8)
     for o in range(outputs):
-        block = o // 4
-        first = min(4 * block, outputs - 4)
+        block = min(o // 3, blocks - 1)
         for t in range(taps):
-            pair = t // 2
-            second = t & 1 or 2 * pair > taps - 2  # the odd last tap is its shifted pair's second
-            dw[o * taps + t] = _sum_lanes(acc, (4 * block + o - first) * step + pair * 16 + (8 if second else 0))
+            group = min(t // 3, groups - 1)
+            at = (3 * block + o - min(3 * block, outputs - 3)) * step + group * 24 + (t - min(3 * group, taps - 3)) * 8
+            dw[o * taps + t] = _sum_lanes(acc, at)
 
 
 @njit(cache=True, nogil=True, inline='always')

@@ -235,10 +235,11 @@ class ConvolutionLayer(BaseConvolutionLayer):
         :meth:`backward`."""
         forward, backward = self._fast_algorithms()
         if self._direct_geometry():
-            small = self.channels * self.kernel[0] * self.kernel[1] <= DIRECT_MAX_TAPS
+            taps = self.channels * self.kernel[0] * self.kernel[1]
+            small = taps <= DIRECT_MAX_TAPS
             if small or (forward == 'im2col' and self.channels <= DIRECT_MAX_CHANNELS):
                 forward = 'direct'
-            if small and backward == 'im2col' and self.num_output >= 4 and self.kernel[1] >= 2:
+            if small and backward == 'im2col' and self.num_output >= 3 and taps >= 3:
                 backward = 'direct'
         return forward, backward
 
