@@ -1,7 +1,7 @@
 """``pycaffe-ft time``: per-layer forward/backward timing, printed like ``caffe time``, then the
 throughput of the layers whose cost is known: GFLOP/s of Convolution, Deconvolution and
 InnerProduct beside the SGEMM peak measured at start (so a slow layer stands out), and GB/s
-of Pooling (memory-bound work)."""
+of Pooling (memory-bound work) beside a copy's GB/s measured the same way."""
 import os
 import time
 
@@ -105,6 +105,21 @@ def sgemm_peak():
     return 2.0 * n ** 3 / best / 1e9
 
 
+def copy_bandwidth(mb=64):
+    """GB/s (bytes read + bytes written) of copying an ``mb`` MB float32 array (beyond this
+    machine's caches) into another, split over the intra-op threads as pooling splits its
+    images: the best of 3. The yardstick for memory-bound layers."""
+    from .intra_op import image_chunks, run_chunks
+    count = mb << 18
+    src, dst = np.ones(count, np.float32), np.empty(count, np.float32)
+    chunks = image_chunks(count >> 16, 1 << 16, target=1 << 20)
+
+    def copy():
+        run_chunks(lambda lo, hi: np.copyto(dst[lo << 16:hi << 16], src[lo << 16:hi << 16]), chunks)
+    copy()
+    return 2.0 * src.nbytes / min(_seconds(copy) for _ in range(3)) / 1e9
+
+
 def _seconds(fn):
     t0 = time.perf_counter()
     fn()
@@ -142,8 +157,10 @@ def report_throughput(net, fwd_s, bwd_s, out=print):
     if not rows:
         return
     peak = sgemm_peak()
+    bandwidth = copy_bandwidth() if any(unit == 'GB/s' for _, (unit, _, _) in rows) else None
     out('Throughput per layer (%d thread(s); SGEMM peak measured now: %.1f GFLOP/s; GFLOP of the '
-        'direct convolution, so Winograd can pass the peak):' % (num_threads(), peak))
+        'direct convolution, so Winograd can pass the peak%s):'
+        % (num_threads(), peak, '; a 64 MB copy: %.1f GB/s' % bandwidth if bandwidth else ''))
     for i, (unit, fwork, bwork) in rows:
         parts = []
         layer = net.layers[i]
@@ -154,7 +171,7 @@ def report_throughput(net, fwd_s, bwd_s, out=print):
                 continue
             rate = work / seconds
             share = ' (%.0f%% of peak%s)' % (100.0 * rate / peak, ', ' + algorithm if algorithm else '') \
-                if unit == 'GFLOP/s' else ''
+                if unit == 'GFLOP/s' else ' (%.0f%% of the copy)' % (100.0 * rate / bandwidth)
             parts.append('%s %.1f %s%s' % (label, rate, unit, share))
         if parts:
             out('%10s\t%s' % (net._layer_names[i], ', '.join(parts)))

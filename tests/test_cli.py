@@ -53,8 +53,8 @@ def test_time_prints_caffe_style_report_with_synthetic_data(capsys, tmp_path, mo
     assert 'synthetic' in out and '*** Benchmark begins ***' in out
     assert 'conv1\tforward:' in out and 'conv1\tbackward:' in out
     assert 'Average Forward-Backward:' in out and 'Total Time:' in out
-    # throughput: GFLOP/s beside the SGEMM peak for the GEMM layers, GB/s for pooling
-    assert re.search(r'SGEMM peak measured now: [0-9.]+ GFLOP/s', out)
+    # throughput: GFLOP/s beside the SGEMM peak for the GEMM layers, GB/s beside a copy's for pooling
+    assert re.search(r'SGEMM peak measured now: [0-9.]+ GFLOP/s; .*; a 64 MB copy: [0-9.]+ GB/s', out)
     # the algorithm of each pass: conv1 (1 x 5 x 5 inputs per output) runs both directly; conv2
     # (20 input channels) its forward (LeNet's max pools rule Winograd out), and keeps im2col
     # backward (50 outputs: Winograd's 5x5 products would run in BLAS)
@@ -63,7 +63,8 @@ def test_time_prints_caffe_style_report_with_synthetic_data(capsys, tmp_path, mo
                          r'\([0-9]+%% of peak, %s\)' % (name, backward), out)
     for name in ('ip1', 'ip2'):
         assert re.search(r'%s\tforward [0-9.]+ GFLOP/s \([0-9]+%% of peak\), backward [0-9.]+ GFLOP/s' % name, out)
-    assert re.search(r'pool1\tforward [0-9.]+ GB/s, backward [0-9.]+ GB/s', out)
+    assert re.search(r'pool1\tforward [0-9.]+ GB/s \([0-9]+% of the copy\), backward [0-9.]+ GB/s '
+                     r'\([0-9]+% of the copy\)', out)
 
 
 def test_layer_work_counts_two_flops_per_multiply_add():
@@ -164,14 +165,20 @@ def test_fault_entries_that_can_never_fire_are_warned_about_at_start():
     from pycaffe_ft.proto import caffe_pb2
     param = caffe_pb2.SolverParameter(max_iter=40, snapshot=10, test_interval=20, test_iter=[2])
     reasons = dict(faults.impossible(['5:3', '1:7:test', '1:20:test', '0:13:snapshot', '0:40:snapshot', '2:50',
-                                      '1:3:broadcast', '1:0:broadcast', '1:3:node', '1:3:bucket'], 4, param))
+                                      '1:3:broadcast', '1:0:broadcast', '1:3:node', '1:3:bucket', '1:3:allgather'],
+                                     4, param))
     assert reasons == {
         '5:3:forward': 'there is no rank 5 in a run of 4 ranks',
         '1:7:test': 'no test pass runs at iteration 7 (test_interval 20)',
         '0:13:snapshot': 'no snapshot is written at iteration 13 (snapshot 10)',
         '2:50:forward': 'training ends at iteration 40',
         '1:3:broadcast': 'weights are broadcast only at iteration 0',
-        '1:3:node': 'phase node exists only in a two-level reduction (--ranks-per-node, or several nodes)'}
+        '1:3:node': 'phase node exists only in a two-level reduction (--ranks-per-node, or several nodes)',
+        '1:3:bucket': 'phase bucket exists only where gradients go in buckets (--overlap on, or two levels)'}
+    bucketed = dict(faults.impossible(['1:3:bucket', '1:3:allgather', '1:3:node'], 4, param, two_level=True,
+                                      bucketed=True))
+    assert bucketed == {'1:3:allgather': 'phase allgather exists only in the sum in worker order (the default; '
+                                         'not with --overlap on or two levels)'}
     serial = dict(faults.impossible(['0:3:forward', '0:10:snapshot'], 1, param, parallel=False))
     assert serial == {'0:3:forward': 'phase forward is checked only in data-parallel runs'}
     # --regrow: replacements take the ranks after the job's, and phase regrow exists
