@@ -2,8 +2,8 @@
 
 Configured by ``inject(specs)`` or the environment variable ``PYCAFFE_FT_INJECT_FAULT``
 ("RANK:ITER[:PHASE]", several separated by commas; RANK is the original MPI rank, 0 when
-serial; PHASE one of forward, backward, bucket (a gradient bucket in flight during backward),
-node (a bucket in flight to the node leader, two-level reduction), leader (a bucket in flight
+serial; PHASE one of forward, backward, bucket (a gradient bucket in flight: --overlap on or
+two levels), allgather (the sum in worker order: segments exchanged, not yet gathered), node (a bucket in flight to the node leader, two-level reduction), leader (a bucket in flight
 among the node leaders: only a leader dies there), allreduce, agree (between a collective and
 the Agree on its outcome), snapshot, test, broadcast, regrow (spawning replacements, or sending
 them the state; replacements have the ranks after the job's, 4, 5, ... in a job of four);
@@ -17,8 +17,8 @@ import time
 
 __all__ = ['inject', 'check', 'PHASES', 'parse_spec', 'warn_unfired', 'impossible']
 
-PHASES = ('forward', 'backward', 'bucket', 'node', 'leader', 'allreduce', 'agree', 'snapshot', 'test', 'broadcast',
-          'regrow')
+PHASES = ('forward', 'backward', 'bucket', 'allgather', 'node', 'leader', 'allreduce', 'agree', 'snapshot', 'test',
+          'broadcast', 'regrow')
 _specs = []
 _rank = [0]
 
@@ -63,10 +63,11 @@ def check(phase, iteration):
             os.kill(os.getpid(), signal.SIGKILL)
 
 
-def impossible(specs, ranks, param, parallel=True, two_level=False, regrow=False):
+def impossible(specs, ranks, param, parallel=True, two_level=False, regrow=False, bucketed=False):
     """Why each of ``specs`` can never fire in a run of ``ranks`` ranks with SolverParameter
-    ``param`` (and replacements, with ``regrow``): a list of (spec text, reason) for the
-    start-up warnings."""
+    ``param`` (and replacements, with ``regrow``; gradients reduced in buckets, with
+    ``bucketed``, else in worker order): a list of (spec text, reason) for the start-up
+    warnings."""
     out = []
     for rank, iteration, phase in (parse_spec(s) if isinstance(s, str) else tuple(s) for s in specs):
         text = '%d:%d:%s' % (rank, iteration, phase)
@@ -77,13 +78,18 @@ def impossible(specs, ranks, param, parallel=True, two_level=False, regrow=False
             reason = 'phase regrow happens only with --regrow'
         elif iteration >= param.max_iter and phase != 'snapshot' and not (phase == 'test' and iteration == param.max_iter):
             reason = 'training ends at iteration %d' % param.max_iter
-        elif not parallel and phase in ('bucket', 'node', 'leader', 'allreduce', 'agree', 'broadcast', 'test',
-                                        'forward', 'backward', 'regrow'):
+        elif not parallel and phase in ('bucket', 'allgather', 'node', 'leader', 'allreduce', 'agree', 'broadcast',
+                                        'test', 'forward', 'backward', 'regrow'):
             reason = 'phase %s is checked only in data-parallel runs' % phase
         elif phase == 'broadcast' and iteration != 0:
             reason = 'weights are broadcast only at iteration 0'
-        elif phase in ('node', 'leader') and not two_level:
+        elif phase in ('node', 'leader') and not (two_level and bucketed):
             reason = 'phase %s exists only in a two-level reduction (--ranks-per-node, or several nodes)' % phase
+        elif phase == 'bucket' and not bucketed:
+            reason = 'phase bucket exists only where gradients go in buckets (--overlap on, or two levels)'
+        elif phase == 'allgather' and bucketed:
+            reason = 'phase allgather exists only in the sum in worker order (the default; not with --overlap on ' \
+                     'or two levels)'
         elif phase == 'test' and (not param.test_interval or iteration % param.test_interval or
                                   (iteration == 0 and not param.test_initialization) or not len(param.test_iter)):
             reason = 'no test pass runs at iteration %d (test_interval %d)' % (iteration, param.test_interval)

@@ -1,6 +1,7 @@
 """Data-parallel throughput on this machine: one rank at one thread against 2 ranks (one thread
-each; overlapped and blocking reduction), one rank at two threads, and 4 ranks (oversubscribed
-on 2 cores: flat and two-level), for LeNet (shipped MNIST) and CIFAR10-quick (a synthetic LMDB).
+each; the default sum in worker order and overlapped buckets), one rank at two threads, and 4
+ranks (oversubscribed on 2 cores: worker order, overlapped and two-level buckets), for LeNet
+(shipped MNIST) and CIFAR10-quick (a synthetic LMDB).
 
 Configurations run interleaved (A B C ... A B C ...) for --rounds rounds so that machine drift
 cancels; each run's ms/iteration is the mean over its display intervals after the first (start
@@ -28,11 +29,10 @@ ONE = {'PYCAFFE_FT_NUM_THREADS': '1'}
 CONFIGS = [  # label, ranks (global batch multiple), flags, environment
     ('1 rank, 1 thread', 1, ['--np', '1'], ONE),
     ('1 rank, 2 threads', 1, ['--np', '1'], {'PYCAFFE_FT_NUM_THREADS': '2'}),
-    ('2 ranks, overlap', 2, ['--np', '2'], ONE),
-    ('2 ranks, blocking', 2, ['--np', '2', '--overlap', 'off'], ONE),
-    ('2 ranks, deterministic', 2, ['--np', '2', '--deterministic'], ONE),
-    ('4 ranks (oversubscribed), overlap', 4, ['--np', '4'], ONE),
-    ('4 ranks (oversubscribed), blocking', 4, ['--np', '4', '--overlap', 'off'], ONE),
+    ('2 ranks, worker order (default)', 2, ['--np', '2'], ONE),
+    ('2 ranks, overlapped buckets', 2, ['--np', '2', '--overlap', 'on'], ONE),
+    ('4 ranks (oversubscribed), worker order (default)', 4, ['--np', '4'], ONE),
+    ('4 ranks (oversubscribed), overlapped buckets', 4, ['--np', '4', '--overlap', 'on'], ONE),
     ('4 ranks (oversubscribed), two levels K=2', 4, ['--np', '4', '--ranks-per-node', '2'], ONE),
 ]
 

@@ -2,11 +2,11 @@
 failure-free run.
 
 Each schedule kills 1 to N-1 ranks (any rank, the root included) at random iterations and
-phases (forward, backward, allreduce, the Agree after a collective, test, snapshot write, the
-weight broadcast), or kills every rank at once and lets the launcher restart the job from its
+phases (forward, backward, allreduce, allgather (between the two exchanges of the sum in
+worker order), the Agree after a collective, test, snapshot write, the weight broadcast), or kills every rank at once and lets the launcher restart the job from its
 newest snapshot
-(``--resume auto --max-restarts 1``); ``--deterministic`` trains every run in that mode (where
-the deviation must be 0); ``--regrow`` trains with re-grow and also kills while replacements are
+(``--resume auto --max-restarts 1``). The default reduction (the sum in worker order) and
+``--deterministic`` must both give a deviation of 0; ``--regrow`` trains with re-grow and also kills while replacements are
 spawned or join (phase regrow) and replacements after they joined. A run *finishes* when
 ``pycaffe-ft train`` exits 0 and the final snapshot is there. Prints a table: schedules,
 finished, the largest weight deviation from the failure-free run (relative to max|w|), ledgers
@@ -72,7 +72,7 @@ def schedule(rng, ranks, iterations, regrow=False):
     if regrow:
         flags, parts = ['--regrow'], []
         for rank in rng.sample(range(ranks), rng.randint(1, ranks - 1)):
-            phase = rng.choice(['forward', 'backward', 'allreduce', 'agree', 'regrow'])
+            phase = rng.choice(['forward', 'backward', 'allreduce', 'allgather', 'agree', 'regrow'])
             parts.append('%d:%d:%s' % (rank, rng.randrange(1, iterations // 2), phase))
         if rng.random() < 0.5:  # the first replacement, once it has joined
             parts.append('%d:%d:%s' % (ranks, rng.randrange(iterations // 2, iterations), rng.choice(['forward', 'allreduce'])))
@@ -86,7 +86,7 @@ def schedule(rng, ranks, iterations, regrow=False):
     victims = rng.sample(range(ranks), rng.randint(1, ranks - 1))
     flags, parts = [], []
     for rank in victims:
-        phase = rng.choice(['forward', 'backward', 'allreduce', 'agree', 'test', 'snapshot', 'broadcast'])
+        phase = rng.choice(['forward', 'backward', 'allreduce', 'allgather', 'agree', 'test', 'snapshot', 'broadcast'])
         if phase == 'broadcast':
             at = 0
         elif phase in ('test', 'snapshot'):

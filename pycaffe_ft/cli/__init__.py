@@ -221,7 +221,9 @@ def _warn_impossible_faults(args):
     ranks = args.np
     data_parallel = ranks > 1 or (args.virtual_workers or 1) > 1
     two_level = bool(args.ranks_per_node) and args.hierarchy == 'auto' or bool(args.hostfile or args.host)
-    for spec, reason in faults.impossible(args.inject_fault, ranks, param, data_parallel, two_level, args.regrow):
+    bucketed = not args.deterministic and (args.overlap == 'on' or two_level)
+    for spec, reason in faults.impossible(args.inject_fault, ranks, param, data_parallel, two_level, args.regrow,
+                                          bucketed):
         logger.warning('--inject-fault %s can never fire: %s', spec, reason)
 
 
@@ -536,7 +538,8 @@ def build_parser():
                    help='with --regrow: at most this many re-grow attempts (default 10)')
     p.add_argument('--inject-fault', '--inject_fault', action='append', default=[], type=_fault_spec,
                    help='RANK:ITER[:PHASE]: SIGKILL that rank there; phases: %s (bucket: a gradient bucket in '
-                        'flight; node and leader: a bucket in flight at that level of a two-level reduction); '
+                        'flight; allgather: the sum in worker order between its two exchanges; node and leader: '
+                        'a bucket in flight at that level of a two-level reduction); '
                         'repeatable; entries that can never fire are warned about at start' % ', '.join(PHASES))
     p.add_argument('--hierarchy', default='auto', choices=['auto', 'flat'],
                    help='gradient reduction: auto = two levels (node, then across node leaders) when '
@@ -544,16 +547,18 @@ def build_parser():
     p.add_argument('--ranks-per-node', '--ranks_per_node', type=_positive_int, default=None,
                    help='treat every K consecutive ranks as one node (two-level reduction on one machine)')
     p.add_argument('--overlap', default='off', choices=['on', 'off'],
-                   help='off (default): blocking bucket allreduces after backward; on: nonblocking ones '
-                        'posted during backward (see README: an Open MPI deadlock seen once under failures)')
+                   help='off (default): the sum in worker order after backward (flat), or blocking bucket '
+                        'allreduces (two levels); on: nonblocking bucket allreduces posted during backward, '
+                        'in an order that depends on the ranks (see README: an Open MPI deadlock seen once '
+                        'under failures)')
     p.add_argument('--bucket-mb', '--bucket_mb', type=_positive_float, default=None,
                    help='gradient bucket size in MB (whole parameter blobs per bucket; default 1, or a '
                         'quarter of the gradients when that is smaller)')
     p.add_argument('--deterministic', action='store_true',
                    help='data-parallel: the final weights are bitwise the same whatever ranks fail and whatever '
-                        '--np (equal to --np 1 --virtual-workers V): each virtual worker\'s gradient is reduced '
-                        'in a slot of its own and the slots are summed in worker order (V times the reduction '
-                        'payload; no overlap)')
+                        '--np (equal to --np 1 --virtual-workers V): the gradients are summed in worker order '
+                        '(each rank sums one segment over all workers). This is the default reduction; the '
+                        'flag keeps it where --overlap on or two levels would reduce in buckets instead')
     p.add_argument('--ledger', help='append the record indices each iteration consumed to this file (JSON lines)')
     p.add_argument('--mpi-worker', action='store_true', help=argparse.SUPPRESS)
     p = sub.add_parser('test', help=COMMANDS['test'][1])

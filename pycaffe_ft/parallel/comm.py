@@ -31,6 +31,10 @@ class ProcessFailure(CaffeError):
     """A peer process failed (or the communicator was revoked) during a collective."""
 
 
+def _displacements(counts):
+    return [sum(counts[:r]) for r in range(len(counts))]
+
+
 class SerialComm:
     """One process: every collective is the identity."""
     rank, size = 0, 1
@@ -44,6 +48,12 @@ class SerialComm:
         out[...] = buf
 
     def allreduce_sum_into(self, buf, out):
+        out[...] = buf
+
+    def alltoallv_into(self, send, send_counts, recv, recv_counts):
+        recv[...] = send
+
+    def allgatherv_into(self, buf, out, counts):
         out[...] = buf
 
     def testall(self, requests):
@@ -110,6 +120,16 @@ class MPIComm:
 
     def bcast_into(self, buf, root=0):
         self.comm.Bcast(buf, root=root)
+
+    def alltoallv_into(self, send, send_counts, recv, recv_counts):
+        """Blocking: ``send[displacement:+send_counts[r]]`` to rank r, rank r's block into
+        ``recv`` (float32, blocks in rank order)."""
+        self.comm.Alltoallv([send, (send_counts, _displacements(send_counts)), self.MPI.FLOAT],
+                            [recv, (recv_counts, _displacements(recv_counts)), self.MPI.FLOAT])
+
+    def allgatherv_into(self, buf, out, counts):
+        """Blocking: rank r's ``buf`` (counts[r] float32) into ``out``, in rank order."""
+        self.comm.Allgatherv(buf, [out, (counts, _displacements(counts)), self.MPI.FLOAT])
 
     def testall(self, requests):
         return self.MPI.Request.Testall(requests)
@@ -238,6 +258,12 @@ class ULFMComm(MPIComm):
 
     def bcast_into(self, buf, root=0):
         self._call(super().bcast_into, buf, root)
+
+    def alltoallv_into(self, send, send_counts, recv, recv_counts):
+        self._call(super().alltoallv_into, send, send_counts, recv, recv_counts)
+
+    def allgatherv_into(self, buf, out, counts):
+        self._call(super().allgatherv_into, buf, out, counts)
 
     def testall(self, requests):
         return self._call(super().testall, requests)

