@@ -56,8 +56,8 @@ def time_net(model, iterations=50, phase=0, level=0, stages=(), overrides=None, 
     logger.info('Performing Backward')
     net.backward_from_to()
     n = len(net.layers)
-    fwd = np.zeros(n)
-    bwd = np.zeros(n)
+    fwd_each = np.zeros((iterations, n))  # seconds per iteration and layer
+    bwd_each = np.zeros((iterations, n))
     out('*** Benchmark begins ***')
     out('Testing for %d iterations.' % iterations)
     total_start = time.perf_counter()
@@ -67,18 +67,19 @@ def time_net(model, iterations=50, phase=0, level=0, stages=(), overrides=None, 
         for i in range(n):
             t0 = time.perf_counter()
             net.layers[i].run_forward(net.bottom_vecs[i], net.top_vecs[i])
-            fwd[i] += time.perf_counter() - t0
+            fwd_each[it, i] = time.perf_counter() - t0
         t_mid = time.perf_counter()
         fwd_total += t_mid - t_iter
         for i in range(n - 1, -1, -1):
             t0 = time.perf_counter()
             if net.layer_need_backward[i]:
                 net.layers[i].backward(net.top_vecs[i], net.bottom_need_backward[i], net.bottom_vecs[i])
-            bwd[i] += time.perf_counter() - t0
+            bwd_each[it, i] = time.perf_counter() - t0
         bwd_total += time.perf_counter() - t_mid
         out('Iteration: %d forward-backward time: %.3f ms.' % (it + 1, (time.perf_counter() - t_iter) * 1e3))
     total = time.perf_counter() - total_start
-    report_throughput(net, fwd / iterations, bwd / iterations, out)
+    report_throughput(net, np.median(fwd_each, axis=0), np.median(bwd_each, axis=0), out)
+    fwd, bwd = fwd_each.sum(axis=0), bwd_each.sum(axis=0)
     out('Average time per layer: ')
     for i, name in enumerate(net._layer_names):
         out('%10s\tforward: %.4f ms.' % (name, fwd[i] / iterations * 1e3))
@@ -95,20 +96,20 @@ def time_net(model, iterations=50, phase=0, level=0, stages=(), overrides=None, 
 
 def sgemm_peak():
     """GFLOP/s of a large float32 GEMM run the way layers run theirs (split over the intra-op
-    threads, BLAS one thread each): the best of 3."""
+    threads, BLAS one thread each): the median of 5 (the layers' rates are medians too: on a
+    shared host the best of a few runs would catch a quiet moment the layers do not get)."""
     from .intra_op import matmul
     n = 1536
     a = np.ones((n, n), np.float32)
     c = np.empty((n, n), np.float32)
     matmul(a, a, c)
-    best = min(_seconds(lambda: matmul(a, a, c)) for _ in range(3))
-    return 2.0 * n ** 3 / best / 1e9
+    return 2.0 * n ** 3 / np.median([_seconds(lambda: matmul(a, a, c)) for _ in range(5)]) / 1e9
 
 
 def copy_bandwidth(mb=64):
     """GB/s (bytes read + bytes written) of copying an ``mb`` MB float32 array (beyond this
     machine's caches) into another, split over the intra-op threads as pooling splits its
-    images: the best of 3. The yardstick for memory-bound layers."""
+    images: the median of 5. The yardstick for memory-bound layers."""
     from .intra_op import image_chunks, run_chunks
     count = mb << 18
     src, dst = np.ones(count, np.float32), np.empty(count, np.float32)
@@ -117,7 +118,7 @@ def copy_bandwidth(mb=64):
     def copy():
         run_chunks(lambda lo, hi: np.copyto(dst[lo << 16:hi << 16], src[lo << 16:hi << 16]), chunks)
     copy()
-    return 2.0 * src.nbytes / min(_seconds(copy) for _ in range(3)) / 1e9
+    return 2.0 * src.nbytes / np.median([_seconds(copy) for _ in range(5)]) / 1e9
 
 
 def _seconds(fn):
@@ -150,7 +151,8 @@ def layer_work(net, i):
 
 
 def report_throughput(net, fwd_s, bwd_s, out=print):
-    """Print GFLOP/s (and % of the SGEMM peak) or GB/s per layer, forward and backward."""
+    """Print GFLOP/s (and % of the SGEMM peak) or GB/s (and % of a copy's) per layer, forward
+    and backward, from the layers' seconds per pass ``fwd_s``/``bwd_s`` (medians)."""
     from .intra_op import num_threads
     rows = [(i, layer_work(net, i)) for i in range(len(net.layers))]
     rows = [(i, w) for i, w in rows if w is not None]
@@ -158,7 +160,7 @@ def report_throughput(net, fwd_s, bwd_s, out=print):
         return
     peak = sgemm_peak()
     bandwidth = copy_bandwidth() if any(unit == 'GB/s' for _, (unit, _, _) in rows) else None
-    out('Throughput per layer (%d thread(s); SGEMM peak measured now: %.1f GFLOP/s; GFLOP of the '
+    out('Throughput per layer, median pass (%d thread(s); SGEMM peak measured now: %.1f GFLOP/s; GFLOP of the '
         'direct convolution, so Winograd can pass the peak%s):'
         % (num_threads(), peak, '; a 64 MB copy: %.1f GB/s' % bandwidth if bandwidth else ''))
     for i, (unit, fwork, bwork) in rows:

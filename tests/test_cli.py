@@ -49,7 +49,7 @@ def test_time_prints_caffe_style_report_with_synthetic_data(capsys, tmp_path, mo
         intra_op.set_num_threads(before[0])
         intra_op._state['source'] = before[1]
     out = capsys.readouterr().out
-    assert 'Throughput per layer (1 thread(s)' in out
+    assert 'Throughput per layer, median pass (1 thread(s)' in out
     assert 'synthetic' in out and '*** Benchmark begins ***' in out
     assert 'conv1\tforward:' in out and 'conv1\tbackward:' in out
     assert 'Average Forward-Backward:' in out and 'Total Time:' in out
