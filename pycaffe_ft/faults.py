@@ -3,7 +3,8 @@
 Configured by ``inject(specs)`` or the environment variable ``PYCAFFE_FT_INJECT_FAULT``
 ("RANK:ITER[:PHASE]", several separated by commas; RANK is the original MPI rank, 0 when
 serial; PHASE one of forward, backward, bucket (a gradient bucket in flight: --overlap on or
-two levels), allgather (the sum in worker order: segments exchanged, not yet gathered), node (a bucket in flight to the node leader, two-level reduction), leader (a bucket in flight
+two levels), allgather (the sum in worker order: segments exchanged, not yet gathered), node
+(a bucket in flight to the node leader, two-level reduction), leader (a bucket in flight
 among the node leaders: only a leader dies there), allreduce, agree (between a collective and
 the Agree on its outcome), snapshot, test, broadcast, regrow (spawning replacements, or sending
 them the state; replacements have the ranks after the job's, 4, 5, ... in a job of four);

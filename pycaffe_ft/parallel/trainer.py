@@ -86,6 +86,7 @@ class DataParallelSolver(Solver):
             self._broadcast_weights()
         self.deterministic = deterministic
         self.ordered = None  # the sum in worker order (parallel/ordered.py)? decided with the levels
+        self._levels_what = 'levels built at the next reduction'
         self._kept, self._buffers = {}, {}
         self.overlap = overlap and not deterministic
         per_bucket = bucket_elements(self.net.param_diff.size, bucket_mb)
@@ -235,9 +236,14 @@ class DataParallelSolver(Solver):
     def forward_backward(self):
         """Hosted workers' gradients -> allreduce -> agree; leaves mean gradient in param_diff."""
         isz = self.param.iter_size
-        if self.ordered:  # each hosted worker's gradient, kept apart (buffers reused)
+        if self.ordered:  # each hosted worker's gradient, kept apart (buffers reused) ...
+            hosted = self._hosted()
+            # ... unless one rank computes all workers in order: it adds them as they come, the
+            # same additions in the same order, without V copies (--np 1 --virtual-workers V)
+            self._folding = self.comm.size == 1 and hosted == sorted(hosted)
             self._gradients = {}
-            self._kept = {v: buf for v, buf in self._kept.items() if v in self._hosted()}
+            wanted = {'fold'} if self._folding else set(hosted)
+            self._kept = {key: buf for key, buf in self._kept.items() if key in wanted}
         else:
             self._local = np.zeros(self.net.param_diff.size, np.float32)
         self._local_loss = 0.0
@@ -275,9 +281,12 @@ class DataParallelSolver(Solver):
                 self._first_attempt.post_all()  # buckets no layer marked done (none expected)
             else:
                 self._local_loss += self._run_worker(v, self._contributions, then=then)
-                if self.ordered:
-                    self._gradients[v] = self._kept.setdefault(v, np.empty_like(self.net.param_diff))
-                    np.copyto(self._gradients[v], self.net.param_diff)
+                if self.ordered and self._folding and self._gradients:
+                    self._gradients['fold'] += self.net.param_diff
+                elif self.ordered:
+                    key = 'fold' if self._folding else v
+                    self._gradients[key] = self._kept.setdefault(key, np.empty_like(self.net.param_diff))
+                    np.copyto(self._gradients[key], self.net.param_diff)
                 else:
                     self._local += self.net.param_diff
         self._backward_end = time.time()
@@ -357,6 +366,8 @@ class DataParallelSolver(Solver):
         overlap) all buckets from the kept local sum at once."""
         faults.check('allreduce', self.iter)
         reduction, self._first_attempt = self._first_attempt, None
+        if self.ordered and self._folding:
+            return self._gradients['fold'], self._pack()
         if self.ordered:
             reduction = WorkerOrderReduction(self.comm, self.hosting, self.V, self.net.param_diff.size, self._buffers,
                                              self._on_post)
