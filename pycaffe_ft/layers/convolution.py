@@ -206,9 +206,10 @@ class ConvolutionLayer(BaseConvolutionLayer):
     :meth:`forward` and :meth:`backward`; ``engine: CAFFE`` keeps im2col throughout."""
     type = 'Convolution'
     keep_5x5_rounding = False
-    """Set by the data-parallel solver on its training net: no F(2x2, 5x5) forward either (see
-    :meth:`backward`), so that a run that loses ranks stays within rounding of the
-    failure-free one."""
+    """Set by the data-parallel solver on its training net when it reduces gradients in buckets
+    (``--overlap on``, two levels): no F(2x2, 5x5) forward either (see :meth:`backward`), so
+    that a run that loses ranks stays within rounding of the failure-free one. Its default sum
+    in worker order leaves it off: every run adds the same bits."""
 
     def layer_setup(self, bottom, top):
         super().layer_setup(bottom, top)
@@ -303,7 +304,7 @@ class ConvolutionLayer(BaseConvolutionLayer):
         # Winograd in the backward pass: 3x3 always (F(2x2, 3x3) rounds like im2col); 5x5 where
         # its products run in batched_gemm both ways (else im2col was faster: LeNet's conv2, 20
         # -> 50 channels, 17-21 against 11-12 ms; CIFAR10-quick's conv2 38-54 against 55 ms) and
-        # not in a data-parallel run's training net: F(2x2, 5x5) rounds to ~1.5e-6 of the
+        # not in a data-parallel training net that reduces in buckets: F(2x2, 5x5) rounds to ~1.5e-6 of the
         # result (im2col ~5e-7), and runs whose gradient reductions round differently (N ranks,
         # one process with N virtual workers, a run that lost ranks) then drift apart until a
         # max pooling picks another element: 1.1e-4 of max|w| after 20 LeNet iterations with

@@ -77,15 +77,12 @@ class DataParallelSolver(Solver):
         self.local_request = lambda: NONE  # this rank's signal requests (cli.train installs them)
         self.action_request = self._agreed_action
         self._request, self._agreed_request = NONE, NONE
-        for layer in self.net.layers:  # see ConvolutionLayer.keep_5x5_rounding
-            if hasattr(layer, 'keep_5x5_rounding'):
-                layer.keep_5x5_rounding = True
+        self._use_worker_order(None)  # decided with the levels below
         self._setup_data_layers()
         self._setup_batchnorm()
         if not joining:
             self._broadcast_weights()
         self.deterministic = deterministic
-        self.ordered = None  # the sum in worker order (parallel/ordered.py)? decided with the levels
         self._levels_what = 'levels built at the next reduction'
         self._kept, self._buffers = {}, {}
         self.overlap = overlap and not deterministic
@@ -105,7 +102,7 @@ class DataParallelSolver(Solver):
             self._join()  # takes the members' choice
         else:
             self._collective(self._build_levels, 'levels')
-            self.ordered = deterministic or (not self.overlap and self._levels is None)
+            self._use_worker_order(deterministic or (not self.overlap and self._levels is None))
         if self.ordered:
             logger.info('Gradient reduction: in worker order, bitwise the same whatever fails and whatever --np '
                         '(each rank sums one segment of the float32 gradients over all workers: Alltoallv, then '
@@ -118,6 +115,16 @@ class DataParallelSolver(Solver):
             self._levels_logged = self._levels_what
 
     # -- setup -------------------------------------------------------------------------------
+    def _use_worker_order(self, ordered):
+        """Sum the gradients in worker order (bitwise the same whatever fails) or in buckets.
+        In buckets, the training net keeps F(2x2, 5x5) out (ConvolutionLayer.keep_5x5_rounding:
+        its rounding would let runs whose reductions add in another order drift apart); in
+        worker order every run adds the same bits, so the net runs as a single process does."""
+        self.ordered = ordered
+        for layer in self.net.layers:
+            if hasattr(layer, 'keep_5x5_rounding'):
+                layer.keep_5x5_rounding = not ordered
+
     @property
     def is_root(self):
         return self.comm.rank == 0
@@ -533,7 +540,7 @@ class DataParallelSolver(Solver):
             mine[...] = theirs
         self.iter, self.current_step, self.samples = state['iter'], state['current_step'], state['samples']
         self.target_size, self.regrows_left = state['target_size'], state['regrows_left']
-        self.ordered = state['ordered']
+        self._use_worker_order(state['ordered'])
         self.losses, self.smoothed_loss = list(state['losses']), state['smoothed_loss']
         self.sync_data_positions()
         self._after_regrow()
