@@ -192,3 +192,41 @@ def test_regrow_needs_a_fault_tolerant_job_of_several_ranks(tmp_path, flags):
     proc = subprocess.run([sys.executable, '-m', 'pycaffe_ft.cli', 'train', '--solver', 'solver.prototxt'] + flags,
                           cwd=str(tmp_path), capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1 and '--regrow replaces failed ranks of a fault-tolerant job' in proc.stderr
+
+
+def test_the_np_launcher_starts_mpiexec_again_when_no_rank_ran(tmp_path, monkeypatch):
+    """mpiexec once exited before starting any rank ("The PMIx server's listener thread failed
+    to start"): the launcher tells that from a job whose ranks ran (they mark the start) and
+    starts it again, at most MPIEXEC_START_RETRIES times, without spending a --max-restarts."""
+    from pycaffe_ft.cli import train as train_module
+    from pycaffe_ft.parallel import launcher
+    (tmp_path / 'solver.prototxt').write_text('net: "net.prototxt"\nmax_iter: 1\n')
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(train_module, 'warm_up', lambda solver: None)
+    monkeypatch.setattr(sys, 'argv', ['pycaffe-ft', 'train', '--solver', 'solver.prototxt', '--np', '2'])
+    for var in ('PYCAFFE_FT_STATUS_FILE', 'OMPI_MCA_mpi_ft_detector', 'OMPI_MCA_mpi_ft_detector_thread',
+                'OMPI_MCA_mpi_ft_detector_timeout', 'OMPI_MCA_mpi_ft_detector_period'):
+        monkeypatch.setenv(var, '')  # _launch_ranks sets them for its ranks: restored afterwards
+    monkeypatch.setattr(cli.time, 'sleep', lambda seconds: None)
+    outcomes, calls = [], []
+
+    def fake_launch(n, run, **options):  # what happened to each mpiexec: None = no rank started
+        calls.append(run)
+        status = os.environ['PYCAFFE_FT_STATUS_FILE']
+        outcome = outcomes.pop(0)
+        if outcome is not None:
+            open(status + '.started', 'w').close()
+        if outcome == 'finished':
+            open(status, 'w').close()
+        return 0 if outcome == 'finished' else 1
+    monkeypatch.setattr(launcher, 'launch', fake_launch)
+    args = cli.build_parser().parse_args(['train', '--solver', 'solver.prototxt', '--np', '2'])
+    outcomes[:] = [None, None, 'finished']
+    assert cli._launch_ranks(args, None) == 0 and len(calls) == 3
+    outcomes[:] = [None, None, None]  # retries exhausted: the error stands
+    calls.clear()
+    assert cli._launch_ranks(args, None) == 1 and len(calls) == 3
+    outcomes[:] = ['died']  # ranks ran and died: no retry without --max-restarts
+    calls.clear()
+    assert cli._launch_ranks(args, None) == 1 and len(calls) == 1
+    assert not list(tmp_path.glob('.pycaffe-ft-job-*'))

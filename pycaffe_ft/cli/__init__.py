@@ -6,6 +6,7 @@ This is the only module that turns errors into messages and exit codes.
 import argparse
 import os
 import sys
+import time
 
 __all__ = ['main']
 
@@ -254,6 +255,10 @@ def _virtual_workers(args, snapshot):
     return args.virtual_workers or saved or None
 
 
+MPIEXEC_START_RETRIES = 2
+"""How many times the --np launcher starts mpiexec again when it exits before any rank ran."""
+
+
 def _launch_ranks(args, snapshot):
     """The --np launcher: start the ranks from ``snapshot`` (or the beginning), restarting the
     whole job from its newest snapshot up to --max-restarts times if it dies as a whole."""
@@ -274,8 +279,8 @@ def _launch_ranks(args, snapshot):
         os.environ.update(OMPI_MCA_mpi_ft_detector='true', OMPI_MCA_mpi_ft_detector_thread='true',
                           OMPI_MCA_mpi_ft_detector_timeout=repr(args.hang_timeout),
                           OMPI_MCA_mpi_ft_detector_period=repr(args.hang_timeout / 4.0))
-    code = 1
-    for attempt in range(args.max_restarts + 1):
+    code, attempt, unstarted = 1, 0, 0
+    while attempt <= args.max_restarts:
         if attempt:
             argv = _strip_flag(argv, '--inject-fault')  # scheduled faults belong to the first attempt
             argv = _strip_flag(argv, '--inject_fault')
@@ -289,6 +294,15 @@ def _launch_ranks(args, snapshot):
                 code = launch(args.np, run, relay=progress.TerminalRelay(line), **options)
         else:
             code = launch(args.np, run, **options)
+        started = os.path.exists(status + '.started')
+        if started:
+            os.unlink(status + '.started')
+        elif code != 0 and unstarted < MPIEXEC_START_RETRIES:  # no rank ran: mpiexec itself failed to start
+            unstarted += 1  # (seen once in ~130 launches: "The PMIx server's listener thread failed to start")
+            logger.warning('mpiexec exited with code %d before starting any rank; starting it again (%d of %d)',
+                           code, unstarted, MPIEXEC_START_RETRIES)
+            time.sleep(1.0)
+            continue
         finished = os.path.exists(status)
         if finished:  # the root wrote it after the final snapshot: what follows is the ranks' exit
             os.unlink(status)
@@ -299,6 +313,7 @@ def _launch_ranks(args, snapshot):
         if code == 0:  # with ULFM mpiexec reports 0 even when every rank was killed
             code = 1
             logger.error('every rank died before the end of training (no rank finished)')
+        attempt += 1
     return code
 
 
@@ -675,6 +690,8 @@ def main(argv=None):
         from ..intra_op import set_num_threads
         set_num_threads(args.threads)
     rank = args.command == 'train' and (args.mpi_worker or _in_mpi_job())
+    if rank and os.environ.get('PYCAFFE_FT_STATUS_FILE'):  # the --np launcher: mpiexec did start ranks
+        open(os.environ['PYCAFFE_FT_STATUS_FILE'] + '.started', 'a').close()
     try:
         code = COMMANDS[args.command][0](args) or 0
     except CaffeError as e:
