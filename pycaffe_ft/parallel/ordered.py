@@ -33,6 +33,7 @@ class WorkerOrderReduction:
         members = comm.members
         self.workers_of = [sorted(hosting[members[r]]) for r in range(comm.size)]
         self.bounds = [size * r // comm.size for r in range(comm.size + 1)]
+        self.lengths = [b - a for a, b in zip(self.bounds, self.bounds[1:])]  # of each rank's segment
         self.waited_s = 0.0
 
     def _segment(self, r):
@@ -58,7 +59,7 @@ class WorkerOrderReduction:
                 for v in mine:
                     send[at:at + b - a] = gradients[v][a:b]
                     at += b - a
-        send_counts = [len(mine) * (b - a) for a, b in zip(self.bounds, self.bounds[1:])]
+        send_counts = [len(mine) * length for length in self.lengths]
         recv_counts = [len(workers) * (hi - lo) for workers in self.workers_of]
         received = self._buffer('received', sum(recv_counts))
         t0 = time.perf_counter()
@@ -76,7 +77,7 @@ class WorkerOrderReduction:
         extras_sum = np.empty_like(extras)
         self._on_post('allgather')
         t0 = time.perf_counter()
-        self.comm.allgatherv_into(total, result, [b - a for a, b in zip(self.bounds, self.bounds[1:])])
+        self.comm.allgatherv_into(total, result, self.lengths)
         self.comm.allreduce_sum_into(extras, extras_sum)
         self.waited_s += time.perf_counter() - t0
         return result, extras_sum

@@ -288,15 +288,21 @@ class DataParallelSolver(Solver):
                 self._first_attempt.post_all()  # buckets no layer marked done (none expected)
             else:
                 self._local_loss += self._run_worker(v, self._contributions, then=then)
-                if self.ordered and self._folding and self._gradients:
-                    self._gradients['fold'] += self.net.param_diff
-                elif self.ordered:
-                    key = 'fold' if self._folding else v
-                    self._gradients[key] = self._kept.setdefault(key, np.empty_like(self.net.param_diff))
-                    np.copyto(self._gradients[key], self.net.param_diff)
+                if self.ordered:
+                    self._keep_gradient(v)
                 else:
                     self._local += self.net.param_diff
         self._backward_end = time.time()
+
+    def _keep_gradient(self, v):
+        """Worker order: keep worker v's gradient (param_diff) apart in a reused buffer, or,
+        folding (one rank, workers in order), add it to the running sum."""
+        key = 'fold' if self._folding else v
+        if self._folding and key in self._gradients:  # after the first worker
+            self._gradients[key] += self.net.param_diff
+            return
+        self._gradients[key] = self._kept.setdefault(key, np.empty_like(self.net.param_diff))
+        np.copyto(self._gradients[key], self.net.param_diff)
 
     def _build_levels(self):
         """(Re)build the two reduction levels from the current communicator, or decide on a
