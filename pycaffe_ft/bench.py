@@ -1,7 +1,7 @@
 """``pycaffe-ft time``: per-layer forward/backward timing, printed like ``caffe time``, then the
 throughput of the layers whose cost is known: GFLOP/s of Convolution, Deconvolution and
-InnerProduct beside the SGEMM peak measured at start (so a slow layer stands out), and GB/s
-of Pooling (memory-bound work) beside a copy's GB/s measured the same way."""
+InnerProduct beside a GEMM's (so a slow layer stands out), and GB/s of Pooling (memory-bound
+work) beside a copy's, both yardsticks measured again before every pass."""
 import os
 import time
 
@@ -58,11 +58,12 @@ def time_net(model, iterations=50, phase=0, level=0, stages=(), overrides=None, 
     n = len(net.layers)
     fwd_each = np.zeros((iterations, n))  # seconds per iteration and layer
     bwd_each = np.zeros((iterations, n))
+    yardsticks = Yardsticks(net, iterations)
     out('*** Benchmark begins ***')
     out('Testing for %d iterations.' % iterations)
-    total_start = time.perf_counter()
     fwd_total = bwd_total = 0.0
     for it in range(iterations):
+        yardsticks.measure(it)
         t_iter = time.perf_counter()
         for i in range(n):
             t0 = time.perf_counter()
@@ -77,8 +78,8 @@ def time_net(model, iterations=50, phase=0, level=0, stages=(), overrides=None, 
             bwd_each[it, i] = time.perf_counter() - t0
         bwd_total += time.perf_counter() - t_mid
         out('Iteration: %d forward-backward time: %.3f ms.' % (it + 1, (time.perf_counter() - t_iter) * 1e3))
-    total = time.perf_counter() - total_start
-    report_throughput(net, np.median(fwd_each, axis=0), np.median(bwd_each, axis=0), out)
+    total = fwd_total + bwd_total
+    report_throughput(net, fwd_each, bwd_each, yardsticks, out)
     fwd, bwd = fwd_each.sum(axis=0), bwd_each.sum(axis=0)
     out('Average time per layer: ')
     for i, name in enumerate(net._layer_names):
@@ -94,31 +95,46 @@ def time_net(model, iterations=50, phase=0, level=0, stages=(), overrides=None, 
             'layer_forward_ms': list(fwd / iterations * 1e3), 'layer_backward_ms': list(bwd / iterations * 1e3)}
 
 
-def sgemm_peak():
-    """GFLOP/s of a large float32 GEMM run the way layers run theirs (split over the intra-op
-    threads, BLAS one thread each): the median of 5 (the layers' rates are medians too: on a
-    shared host the best of a few runs would catch a quiet moment the layers do not get)."""
-    from .intra_op import matmul
-    n = 1536
-    a = np.ones((n, n), np.float32)
-    c = np.empty((n, n), np.float32)
-    matmul(a, a, c)
-    return 2.0 * n ** 3 / np.median([_seconds(lambda: matmul(a, a, c)) for _ in range(5)]) / 1e9
+class Yardsticks:
+    """What a layer's rate is set beside, measured again before every timed pass (so that
+    both see the same moment of a shared host and the same core): one float32 GEMM of
+    1024 x 1024 x 1024 run the way layers run theirs (split over the intra-op threads, BLAS
+    one thread each), in GFLOP/s, and one copy of a 64 MB array (beyond this machine's caches)
+    into another split as pooling splits its images, in GB/s (bytes read + bytes written).
+    Each is measured only if the net has a layer to set beside it; neither counts in the
+    passes' times."""
 
+    GEMM_SIZE = 1024
+    COPY_MB = 64
 
-def copy_bandwidth(mb=64):
-    """GB/s (bytes read + bytes written) of copying an ``mb`` MB float32 array (beyond this
-    machine's caches) into another, split over the intra-op threads as pooling splits its
-    images: the median of 5. The yardstick for memory-bound layers."""
-    from .intra_op import image_chunks, run_chunks
-    count = mb << 18
-    src, dst = np.ones(count, np.float32), np.empty(count, np.float32)
-    chunks = image_chunks(count >> 16, 1 << 16, target=1 << 20)
+    def __init__(self, net, iterations):
+        units = {w[0] for w in (layer_work(net, i) for i in range(len(net.layers))) if w is not None}
+        self.peak = np.full(iterations, np.nan) if 'GFLOP/s' in units else None
+        self.bandwidth = np.full(iterations, np.nan) if 'GB/s' in units else None
+        self._gemm = self._gemm_run(self.GEMM_SIZE) if self.peak is not None else None
+        self._copy = self._copy_run(self.COPY_MB << 18) if self.bandwidth is not None else None
 
-    def copy():
-        run_chunks(lambda lo, hi: np.copyto(dst[lo << 16:hi << 16], src[lo << 16:hi << 16]), chunks)
-    copy()
-    return 2.0 * src.nbytes / np.median([_seconds(copy) for _ in range(5)]) / 1e9
+    @staticmethod
+    def _gemm_run(n):
+        from .intra_op import matmul
+        a, c = np.ones((n, n), np.float32), np.empty((n, n), np.float32)
+        matmul(a, a, c)  # warm: BLAS threads, pages
+        return lambda: matmul(a, a, c)
+
+    @staticmethod
+    def _copy_run(count):
+        from .intra_op import image_chunks, run_chunks
+        src, dst = np.ones(count, np.float32), np.empty(count, np.float32)
+        chunks = image_chunks(count >> 16, 1 << 16, target=1 << 20)
+        np.copyto(dst, src)  # warm: pages
+        return lambda: run_chunks(lambda lo, hi: np.copyto(dst[lo << 16:hi << 16], src[lo << 16:hi << 16]), chunks)
+
+    def measure(self, it):
+        """Sample both yardsticks for pass ``it``."""
+        if self._gemm is not None:
+            self.peak[it] = 2.0 * self.GEMM_SIZE ** 3 / _seconds(self._gemm) / 1e9
+        if self._copy is not None:
+            self.bandwidth[it] = 2.0 * 4 * (self.COPY_MB << 18) / _seconds(self._copy) / 1e9
 
 
 def _seconds(fn):
@@ -150,30 +166,37 @@ def layer_work(net, i):
     return 'GFLOP/s', per_pass / 1e9, backward / 1e9
 
 
-def report_throughput(net, fwd_s, bwd_s, out=print):
-    """Print GFLOP/s (and % of the SGEMM peak) or GB/s (and % of a copy's) per layer, forward
-    and backward, from the layers' seconds per pass ``fwd_s``/``bwd_s`` (medians)."""
+def report_throughput(net, fwd_s, bwd_s, yardsticks, out=print):
+    """Print GFLOP/s (and % of the GEMM peak) or GB/s (and % of the copy's) per layer, forward
+    and backward, from the layers' seconds ``fwd_s``/``bwd_s`` (passes x layers) and the
+    :class:`Yardsticks` sampled before each pass: a rate is the median over the passes, a
+    share the median of each pass's rate over that pass's yardstick."""
     from .intra_op import num_threads
     rows = [(i, layer_work(net, i)) for i in range(len(net.layers))]
     rows = [(i, w) for i, w in rows if w is not None]
     if not rows:
         return
-    peak = sgemm_peak()
-    bandwidth = copy_bandwidth() if any(unit == 'GB/s' for _, (unit, _, _) in rows) else None
-    out('Throughput per layer, median pass (%d thread(s); SGEMM peak measured now: %.1f GFLOP/s; GFLOP of the '
-        'direct convolution, so Winograd can pass the peak%s):'
-        % (num_threads(), peak, '; a 64 MB copy: %.1f GB/s' % bandwidth if bandwidth else ''))
+    measured = []
+    if yardsticks.peak is not None:
+        measured.append('GEMM peak %.1f GFLOP/s (GFLOP of the direct convolution, so Winograd can pass it)'
+                        % np.median(yardsticks.peak))
+    if yardsticks.bandwidth is not None:
+        measured.append('a 64 MB copy %.1f GB/s' % np.median(yardsticks.bandwidth))
+    out('Throughput per layer, median of %d passes (%d thread(s); measured before each pass: %s):'
+        % (len(fwd_s), num_threads(), '; '.join(measured)))
     for i, (unit, fwork, bwork) in rows:
         parts = []
         layer = net.layers[i]
         algorithms = layer.algorithms() if hasattr(layer, 'algorithms') else (None, None)
-        for label, work, seconds, algorithm in (('forward', fwork, fwd_s[i], algorithms[0]),
-                                                 ('backward', bwork, bwd_s[i], algorithms[1])):
-            if work <= 0 or seconds <= 0:
+        yardstick = yardsticks.peak if unit == 'GFLOP/s' else yardsticks.bandwidth
+        for label, work, seconds, algorithm in (('forward', fwork, fwd_s[:, i], algorithms[0]),
+                                                 ('backward', bwork, bwd_s[:, i], algorithms[1])):
+            if work <= 0 or not (seconds > 0).all():
                 continue
-            rate = work / seconds
-            share = ' (%.0f%% of peak%s)' % (100.0 * rate / peak, ', ' + algorithm if algorithm else '') \
-                if unit == 'GFLOP/s' else ' (%.0f%% of the copy)' % (100.0 * rate / bandwidth)
-            parts.append('%s %.1f %s%s' % (label, rate, unit, share))
+            rates = work / seconds
+            share = 100.0 * np.median(rates / yardstick)
+            share = ' (%.0f%% of peak%s)' % (share, ', ' + algorithm if algorithm else '') \
+                if unit == 'GFLOP/s' else ' (%.0f%% of the copy)' % share
+            parts.append('%s %.1f %s%s' % (label, np.median(rates), unit, share))
         if parts:
             out('%10s\t%s' % (net._layer_names[i], ', '.join(parts)))

@@ -40,7 +40,9 @@ class LRNLayer(Layer):
         if self.region != _L.ACROSS_CHANNELS:
             n, c, h, w = bottom[0].shape
             pad = (self.size - 1) // 2
-            self._windows = (n * c, h * w) + KP.window_taps(h, w, self.size, self.size, pad, pad, 1, 1, h, w)
+            geometry = (h, w, self.size, self.size, pad, pad, 1, 1, h, w)
+            self._geometry = (n * c,) + geometry + (KP.window_taps(*geometry),)
+            self._windows = (n * c, h * w) + self._geometry[-1]
 
     def forward(self, bottom, top):
         x = bottom[0].data
@@ -54,7 +56,7 @@ class LRNLayer(Layer):
             return
         sq = x * x
         avg = np.empty_like(x)
-        KP.ave_pool_forward(sq.reshape(-1), *self._windows, avg.reshape(-1))
+        KP.ave_pool_forward(sq.reshape(-1), *self._geometry, avg.reshape(-1))
         self.scale[...] = 1.0 + np.float32(self.alpha) * avg
         top[0].data[...] = x * self.scale ** np.float32(-self.beta)
 

@@ -1,5 +1,6 @@
 """Gradient checks of the vision layers and STOCHASTIC pooling against its definition."""
 import numpy as np
+import pytest
 
 import pycaffe_ft as caffe
 from tests.gradient_checker import LayerTestCase, make_layer
@@ -137,13 +138,19 @@ def _pool_backward_reference(dy, x_shape, k, s, p, method, mask):
     return dx
 
 
-def test_max_and_ave_pooling_match_caffes_definition_bit_for_bit():
+@pytest.mark.parametrize('rows_from', [None, 1, 10 ** 9], ids=['default', 'rows', 'plane-lanes'])
+def test_max_and_ave_pooling_match_caffes_definition_bit_for_bit(rows_from, monkeypatch):
     """Random geometries (pads, strides, windows clipped at the edges or empty) and inputs with
     ties, negative zeros and infinities: both ways through the planes give Caffe's bits, forward
-    and backward. Rows of 8+ outputs at stride 1 or 2 take max pooling's row kernel (vector
-    blocks, the last one overlapping, edge windows masked lane by lane, rows whose loads would
-    leave the array one by one); the rest and AVE go eight planes at a time as lanes (15
-    planes: one full group and a partial one)."""
+    and backward. By rows (stride 1 or 2; vector blocks of 8 outputs, the last one overlapping,
+    rows shorter than 8 in one block whose spare lanes the next row overwrites, edge windows
+    masked lane by lane, rows whose loads or stores would leave the array one by one) and by
+    eight planes at a time as lanes (15 planes: one full group and a partial one): each
+    geometry both ways (``rows_from``: the narrowest rows that go by rows, for MAX and AVE) and
+    the way the layer picks by default."""
+    from pycaffe_ft.kernels import pooling as kernels
+    if rows_from is not None:
+        monkeypatch.setattr(kernels, 'ROWS_MIN_WIDTH', {False: rows_from, True: rows_from})
     rng = np.random.default_rng(3)
     for trial in range(80):
         h, w = int(rng.integers(2, 14)), int(rng.integers(2, 14 if trial < 30 else 41))
