@@ -56,12 +56,15 @@ def job(tmp, name, net_text, max_iter, display):
     return d
 
 
-def run(d, flags, env_extra=None):
+def run(d, flags, env_extra=None, cpus=None):
+    """Train in job directory d with these CLI flags; ``cpus``: the CPUs the job may run on
+    (all when None)."""
     env = dict(os.environ, GLOG_minloglevel='0', OPENBLAS_NUM_THREADS='1')
     env.update(env_extra or {})
     t0 = time.perf_counter()
     p = subprocess.run([sys.executable, '-m', 'pycaffe_ft.cli', 'train', '--solver', 'solver.prototxt'] + flags,
-                       cwd=d, env=env, capture_output=True, text=True, timeout=900)
+                       cwd=d, env=env, capture_output=True, text=True, timeout=900,
+                       preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus is not None else None)
     if p.returncode != 0:
         raise SystemExit(p.stderr[-2000:])
     return p.stderr, time.perf_counter() - t0

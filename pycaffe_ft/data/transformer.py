@@ -40,25 +40,38 @@ class DataTransformer:
 
     def transform(self, image, out):
         """image (C, H, W) uint8/float -> out (C, h, w) float32, written in place."""
+        self.transform_batch([image], out[np.newaxis])
+
+    def transform_batch(self, images, out):
+        """Each of ``images`` ((C, H, W), one shape) -> out[i] (N, C, h, w) float32, in place:
+        the crops and mirrors drawn image by image (the same draws, in the same order, as one
+        image at a time), the arithmetic done once for the batch (the same float32 operations
+        on every element, so the same bits)."""
         p = self.param
-        c, h, w = image.shape
+        c, h, w = images[0].shape
         crop = p.crop_size
-        mirror = p.mirror and self.rng.integers(0, 2) == 1
-        h_off = w_off = 0
-        if crop:
-            if self.phase == caffe_pb2.TRAIN:
+        hh, ww = (crop, crop) if crop else (h, w)
+        placed = []  # (mirror, h_off, w_off) per image
+        for _ in images:
+            mirror = p.mirror and self.rng.integers(0, 2) == 1
+            h_off = w_off = 0
+            if crop and self.phase == caffe_pb2.TRAIN:
                 h_off = int(self.rng.integers(0, h - crop + 1))
                 w_off = int(self.rng.integers(0, w - crop + 1))
-            else:
+            elif crop:
                 h_off, w_off = (h - crop) // 2, (w - crop) // 2
-            hh, ww = crop, crop
-        else:
-            hh, ww = h, w
-        region = image[:, h_off:h_off + hh, w_off:w_off + ww].astype(np.float32)
+            placed.append((mirror, h_off, w_off))
+        region = np.empty((len(images), c, hh, ww), np.float32)
+        for image, r, (_, h_off, w_off) in zip(images, region, placed):
+            r[...] = image[:, h_off:h_off + hh, w_off:w_off + ww]
         if self.mean is not None:
-            region -= self.mean[:, h_off:h_off + hh, w_off:w_off + ww]
+            for r, (_, h_off, w_off) in zip(region, placed):
+                r -= self.mean[:, h_off:h_off + hh, w_off:w_off + ww]
         elif len(self.mean_values):
             region -= self.mean_values.reshape(-1, 1, 1) if len(self.mean_values) == c else self.mean_values[0]
         if p.scale != 1:
             region *= np.float32(p.scale)
-        out[...] = region[:, :, ::-1] if mirror else region
+        mirrored = np.array([m for m, _, _ in placed], bool)
+        if mirrored.any():
+            region[mirrored] = region[mirrored][..., ::-1]
+        out[...] = region

@@ -80,7 +80,7 @@ class DataLayer(Layer):
         labels = np.empty(self.batch, np.float32)
         # crops and mirrors depend only on the position: reproducible on resume and on any rank
         self.transformer.rng = new_rng('transform', self.name, start)
-        records = []
+        records, images = [], []
         for i in range(self.batch):
             index = record_of(start + i)
             try:
@@ -91,9 +91,10 @@ class DataLayer(Layer):
             if image.shape != self.chw:
                 raise DataError('layer "%s": %s: record %r has shape %s, the first record %s'
                                 % (self.name, self.db.path, key, list(image.shape), list(self.chw)))
-            self.transformer.transform(image, data[i])
+            images.append(image)
             labels[i] = label
             records.append(index)
+        self.transformer.transform_batch(images, data)
         return data, labels, records
 
     def _producer(self, start):
