@@ -100,9 +100,11 @@ class DataParallelSolver(Solver):
         self._levels, self._levels_stale = None, True
         if joining:
             self._join()  # takes the members' choice
+        elif deterministic:  # the worker order whatever the levels: none to build
+            self._use_worker_order(True)
         else:
             self._collective(self._build_levels, 'levels')
-            self._use_worker_order(deterministic or (not self.overlap and self._levels is None))
+            self._use_worker_order(not self.overlap and self._levels is None)
         if self.ordered:
             logger.info('Gradient reduction: in worker order, bitwise the same whatever fails and whatever --np '
                         '(each rank sums one segment of the float32 gradients over all workers: Alltoallv, then '

@@ -376,18 +376,20 @@ def test_a_stopped_rank_is_excluded_and_the_job_finishes(tmp_path, mnist):
 
 
 def test_deterministic_mode_is_bitwise_equal_whatever_fails_and_whatever_np(tmp_path, mnist, monkeypatch):
-    """--deterministic: --np 1 --virtual-workers 4, --np 4, --np 2, and --np 4 losing three
-    ranks (the root among them) end with byte-identical weights and the same ledger, on
-    Caffe's LeNet (max pooling: no near tie can break differently)."""
+    """--deterministic: --np 1 --virtual-workers 4, --np 4, --np 2, and --np 4 (with
+    --ranks-per-node 2, which the worker order does not use) losing three ranks (the root among
+    them) end with byte-identical weights and the same ledger, on Caffe's LeNet (max pooling: no
+    near tie can break differently)."""
     monkeypatch.setattr(sys.modules[__name__], 'NET', LENET)
     runs = {}
     for name, flags in (('serial', ['--virtual-workers', '4']), ('np4', ['--np', '4']),
                         ('np2', ['--np', '2', '--virtual-workers', '4']),
-                        ('kills', ['--np', '4', '--inject-fault', '1:3', '--inject-fault', '0:8:allreduce',
-                                   '--inject-fault', '3:14:backward'])):
+                        ('kills', ['--np', '4', '--ranks-per-node', '2', '--inject-fault', '1:3',
+                                   '--inject-fault', '0:8:allreduce', '--inject-fault', '3:14:backward'])):
         job = make_job(tmp_path / name, mnist)
         log = train(job, '--deterministic', *flags)
         assert 'Gradient reduction: in worker order' in log
+        assert 'two levels' not in log  # the worker order whatever --ranks-per-node: no levels built
         runs[name] = (weights(job, 20), sorted(map(json.dumps, ledger(job))))
     base_weights, base_ledger = runs['serial']
     for name, (w, led) in runs.items():
