@@ -193,6 +193,15 @@ def _eight_ave_windows(x, in_base, hstart, rows, tall, width, kw, pw, sw, ox, y,
     vstore(y, o + ox, vdiv(total, vmul(vfull(np.float32(tall)), vsub(right, left))))
 
 
+@njit(cache=True, nogil=True, inline='always')
+def _eight_windows(x, in_base, hstart, rows, tall, width, kw, pw, sw, ox, y, mask, o, masked, average):
+    """:func:`_eight_ave_windows` or :func:`_eight_max_windows`."""
+    if average:
+        _eight_ave_windows(x, in_base, hstart, rows, tall, width, kw, pw, sw, ox, y, o, masked)
+    else:
+        _eight_max_windows(x, in_base, hstart, rows, width, kw, pw, sw, ox, y, mask, o, masked)
+
+
 @njit(cache=True, nogil=True, inline='always', error_model='numpy')
 def _one_window(x, in_base, hstart, hend, tall, width, kw, pw, sw, ox, y, mask, o, average):
     """Output o + ox alone (rows whose vector loads or stores would leave the array)."""
@@ -243,40 +252,37 @@ def _pool_rows(x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, y
             for b in range((out_w + 7) // 8):
                 ox = min(8 * b, lanes - 8)
                 rows = hend - hstart
-                masked = ox < lo or ox + valid > hi
-                if average:
-                    if masked:
-                        _eight_ave_windows(x, in_base, hstart, rows, tall, width, kw, pw, sw, ox, y, o, True)
-                    elif rows == kh:
-                        _eight_ave_windows(x, in_base, hstart, kh, tall, width, kw, pw, sw, ox, y, o, False)
-                    else:
-                        _eight_ave_windows(x, in_base, hstart, rows, tall, width, kw, pw, sw, ox, y, o, False)
-                elif masked:
-                    _eight_max_windows(x, in_base, hstart, rows, width, kw, pw, sw, ox, y, mask, o, True)
-                elif rows == kh:
-                    _eight_max_windows(x, in_base, hstart, kh, width, kw, pw, sw, ox, y, mask, o, False)
+                if ox < lo or ox + valid > hi:
+                    _eight_windows(x, in_base, hstart, rows, tall, width, kw, pw, sw, ox, y, mask, o, True, average)
+                elif rows == kh:  # the constant window height: its tap loops unroll
+                    _eight_windows(x, in_base, hstart, kh, tall, width, kw, pw, sw, ox, y, mask, o, False, average)
                 else:
-                    _eight_max_windows(x, in_base, hstart, rows, width, kw, pw, sw, ox, y, mask, o, False)
+                    _eight_windows(x, in_base, hstart, rows, tall, width, kw, pw, sw, ox, y, mask, o, False, average)
+
+
+@njit(cache=True, nogil=True)
+def _max_pool_rows_3x3_stride_2(x, planes, height, width, ph, pw, sh, out_h, out_w, y, mask):
+    _pool_rows(x, planes, height, width, 3, 3, ph, pw, sh, 2, out_h, out_w, y, mask, False)
+
+
+@njit(cache=True, nogil=True)
+def _max_pool_rows_2x2_stride_2(x, planes, height, width, ph, pw, sh, out_h, out_w, y, mask):
+    _pool_rows(x, planes, height, width, 2, 2, ph, pw, sh, 2, out_h, out_w, y, mask, False)
+
+
+@njit(cache=True, nogil=True)
+def _max_pool_rows_3x3_stride_1(x, planes, height, width, ph, pw, sh, out_h, out_w, y, mask):
+    _pool_rows(x, planes, height, width, 3, 3, ph, pw, sh, 1, out_h, out_w, y, mask, False)
+
+
+@njit(cache=True, nogil=True)
+def _max_pool_rows_any(x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, y, mask):
+    _pool_rows(x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, y, mask, False)
 
 
 @njit(cache=True, nogil=True, error_model='numpy')  # 0 / 0: NaN, as in Caffe
-def _pool_rows_3x3_stride_2(x, planes, height, width, ph, pw, sh, out_h, out_w, y, mask, average):
-    _pool_rows(x, planes, height, width, 3, 3, ph, pw, sh, 2, out_h, out_w, y, mask, average)
-
-
-@njit(cache=True, nogil=True, error_model='numpy')  # 0 / 0: NaN, as in Caffe
-def _pool_rows_2x2_stride_2(x, planes, height, width, ph, pw, sh, out_h, out_w, y, mask, average):
-    _pool_rows(x, planes, height, width, 2, 2, ph, pw, sh, 2, out_h, out_w, y, mask, average)
-
-
-@njit(cache=True, nogil=True, error_model='numpy')  # 0 / 0: NaN, as in Caffe
-def _pool_rows_3x3_stride_1(x, planes, height, width, ph, pw, sh, out_h, out_w, y, mask, average):
-    _pool_rows(x, planes, height, width, 3, 3, ph, pw, sh, 1, out_h, out_w, y, mask, average)
-
-
-@njit(cache=True, nogil=True, error_model='numpy')  # 0 / 0: NaN, as in Caffe
-def _pool_rows_any(x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, y, mask, average):
-    _pool_rows(x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, y, mask, average)
+def _ave_pool_rows(x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, y):
+    _pool_rows(x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, y, y, True)
 
 
 # The narrowest output rows that go by rows: narrower ones leave lanes idle, and eight planes
@@ -287,17 +293,20 @@ ROWS_MIN_WIDTH = {False: 6, True: 12}  # by ``average``
 
 
 def _by_rows(x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, y, mask, average):
-    """Whether rows suit this geometry; if so, pool by rows (constant windows where common)."""
+    """Whether rows suit this geometry; if so, pool by rows (max pooling with constant windows
+    where common; average pooling, by rows only on wide planes, with any)."""
     if out_w < ROWS_MIN_WIDTH[average] or sw > 2:
         return False
-    if (kh, kw, sw) == (3, 3, 2):
-        _pool_rows_3x3_stride_2(x, planes, height, width, ph, pw, sh, out_h, out_w, y, mask, average)
+    if average:
+        _ave_pool_rows(x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, y)
+    elif (kh, kw, sw) == (3, 3, 2):
+        _max_pool_rows_3x3_stride_2(x, planes, height, width, ph, pw, sh, out_h, out_w, y, mask)
     elif (kh, kw, sw) == (2, 2, 2):
-        _pool_rows_2x2_stride_2(x, planes, height, width, ph, pw, sh, out_h, out_w, y, mask, average)
+        _max_pool_rows_2x2_stride_2(x, planes, height, width, ph, pw, sh, out_h, out_w, y, mask)
     elif (kh, kw, sw) == (3, 3, 1):
-        _pool_rows_3x3_stride_1(x, planes, height, width, ph, pw, sh, out_h, out_w, y, mask, average)
+        _max_pool_rows_3x3_stride_1(x, planes, height, width, ph, pw, sh, out_h, out_w, y, mask)
     else:
-        _pool_rows_any(x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, y, mask, average)
+        _max_pool_rows_any(x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, y, mask)
     return True
 
 
