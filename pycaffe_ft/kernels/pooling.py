@@ -10,15 +10,17 @@ row-major output order.
 
 Two ways through the planes:
 
-- **Rows** (max pooling with output rows of 8 or more, stride 1 or 2): eight outputs of one row
-  are the lanes of a vector; a window tap is one load (stride 2: the even elements of 16, lanes
-  in swizzled order), and windows running past the image's left or right edge skip the missing
-  columns lane by lane. (CIFAR10-quick's pool1 forward: 2.3 -> 1.2 ms on one thread.)
-- **Plane lanes** (average pooling, and max pooling of small planes or other strides): eight
-  planes are transposed into the lanes of one vector (8 x 8 transposes), so every output, at
-  the edges too, is one vector sum or compare-and-select chain over its window's taps, read
-  from the table. (CIFAR10-quick's pool2 forward 1.6 -> 0.6 ms, backward 2.2 -> 0.6 ms; its
-  8 x 8 pool3 1.0 -> 0.13 ms; AlexNet's 13 x 13 pool5 1.4 -> 0.3 ms.)
+- **Rows** (forward, stride 1 or 2, output rows of ``ROWS_MIN_WIDTH`` or more: 6 for max, 12
+  for average pooling): eight outputs of one row are the lanes of a vector (a shorter row: one
+  block whose spare lanes the next row overwrites); a window tap is one load (stride 2: the
+  even elements of 16, lanes in swizzled order), and windows running past the image's left or
+  right edge skip the missing columns lane by lane. (CIFAR10-quick's pool1 forward: 2.3 -> 1.2
+  ms on one thread; AlexNet's 6-wide pool5 in-net 0.97 -> 0.67 ms against plane lanes.)
+- **Plane lanes** (backward of average pooling, and the forward of small planes or other
+  strides): eight planes are transposed into the lanes of one vector (8 x 8 transposes), so
+  every output, at the edges too, is one vector sum or compare-and-select chain over its
+  window's taps, read from the table. (CIFAR10-quick's pool2 forward 1.6 -> 0.6 ms, backward
+  2.2 -> 0.6 ms; its 8 x 8 pool3 1.0 -> 0.13 ms.)
 """
 import numpy as np
 from numba import njit
