@@ -43,10 +43,10 @@ class DataTransformer:
         self.transform_batch([image], out[np.newaxis])
 
     def transform_batch(self, images, out):
-        """Each of ``images`` ((C, H, W), one shape) -> out[i] (N, C, h, w) float32, in place:
-        the crops and mirrors drawn image by image (the same draws, in the same order, as one
-        image at a time), the arithmetic done once for the batch (the same float32 operations
-        on every element, so the same bits)."""
+        """Each of ``images`` ((C, H, W), one shape) -> out[i] (out: (N, C, h, w) float32,
+        computed in place): the crops and mirrors drawn image by image (the same draws, in the
+        same order, as one image at a time), the arithmetic done once for the batch (the same
+        float32 operations on every element, so the same bits)."""
         p = self.param
         c, h, w = images[0].shape
         crop = p.crop_size
@@ -61,17 +61,15 @@ class DataTransformer:
             elif crop:
                 h_off, w_off = (h - crop) // 2, (w - crop) // 2
             placed.append((mirror, h_off, w_off))
-        region = np.empty((len(images), c, hh, ww), np.float32)
-        for image, r, (_, h_off, w_off) in zip(images, region, placed):
-            r[...] = image[:, h_off:h_off + hh, w_off:w_off + ww]
+        for image, o, (_, h_off, w_off) in zip(images, out, placed):
+            o[...] = image[:, h_off:h_off + hh, w_off:w_off + ww]
         if self.mean is not None:
-            for r, (_, h_off, w_off) in zip(region, placed):
-                r -= self.mean[:, h_off:h_off + hh, w_off:w_off + ww]
+            for o, (_, h_off, w_off) in zip(out, placed):
+                o -= self.mean[:, h_off:h_off + hh, w_off:w_off + ww]
         elif len(self.mean_values):
-            region -= self.mean_values.reshape(-1, 1, 1) if len(self.mean_values) == c else self.mean_values[0]
+            out -= self.mean_values.reshape(-1, 1, 1) if len(self.mean_values) == c else self.mean_values[0]
         if p.scale != 1:
-            region *= np.float32(p.scale)
+            out *= np.float32(p.scale)
         mirrored = np.array([m for m, _, _ in placed], bool)
         if mirrored.any():
-            region[mirrored] = region[mirrored][..., ::-1]
-        out[...] = region
+            out[mirrored] = out[mirrored][..., ::-1]
