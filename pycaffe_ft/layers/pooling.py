@@ -88,14 +88,21 @@ class PoolingLayer(Layer):
             else:
                 K.stochastic_pool_test(bottom[0].data, k[0], k[1], s[0], s[1], self.out_hw[0],
                                        self.out_hw[1], top[0].data)
+        elif self.method == _P.MAX:
+            x, y = bottom[0].data, top[0].data
+            mask = top[1].data if len(top) > 1 else self._mask
+            for_images(lambda lo, hi: K.max_pool_forward(
+                *self._geometry(x, lo, hi), y[lo:hi].reshape(-1), mask[lo:hi].reshape(-1)), x.shape[0], x[0].size)
         else:
             x, y = bottom[0].data, top[0].data
-            mask = (top[1].data if len(top) > 1 else self._mask) if self.method == _P.MAX else None
-            pool = K.max_pool_forward if mask is not None else K.ave_pool_forward
-            for_images(lambda lo, hi: pool(
-                x[lo:hi].reshape(-1), (hi - lo) * x.shape[1], x.shape[2], x.shape[3], *self._args(), *self.out_hw,
-                self._taps, y[lo:hi].reshape(-1), *(() if mask is None else (mask[lo:hi].reshape(-1),))),
-                x.shape[0], x[0].size)
+            for_images(lambda lo, hi: K.ave_pool_forward(*self._geometry(x, lo, hi), y[lo:hi].reshape(-1)),
+                       x.shape[0], x[0].size)
+
+    def _geometry(self, x, lo, hi):
+        """Forward kernel arguments for images [lo, hi) of x (N, C, H, W): the flat input,
+        planes, plane height and width, window geometry, output size and the window table."""
+        return ((x[lo:hi].reshape(-1), (hi - lo) * x.shape[1], x.shape[2], x.shape[3]) + self._args() + self.out_hw
+                + (self._taps,))
 
     def _windows(self, x, lo, hi):
         """Plane-lane kernel arguments for images [lo, hi) of x (N, C, H, W): planes, plane
