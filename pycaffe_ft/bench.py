@@ -58,7 +58,8 @@ def time_net(model, iterations=50, phase=0, level=0, stages=(), overrides=None, 
     n = len(net.layers)
     fwd_each = np.zeros((iterations, n))  # seconds per iteration and layer
     bwd_each = np.zeros((iterations, n))
-    yardsticks = Yardsticks(net, iterations)
+    work = [(i, w) for i, w in ((i, layer_work(net, i)) for i in range(n)) if w is not None]
+    yardsticks = Yardsticks({unit for _, (unit, _, _) in work}, iterations)
     out('*** Benchmark begins ***')
     out('Testing for %d iterations.' % iterations)
     fwd_total = bwd_total = 0.0
@@ -79,7 +80,7 @@ def time_net(model, iterations=50, phase=0, level=0, stages=(), overrides=None, 
         bwd_total += time.perf_counter() - t_mid
         out('Iteration: %d forward-backward time: %.3f ms.' % (it + 1, (time.perf_counter() - t_iter) * 1e3))
     total = fwd_total + bwd_total
-    report_throughput(net, fwd_each, bwd_each, yardsticks, out)
+    report_throughput(net, work, fwd_each, bwd_each, yardsticks, out)
     fwd, bwd = fwd_each.sum(axis=0), bwd_each.sum(axis=0)
     out('Average time per layer: ')
     for i, name in enumerate(net._layer_names):
@@ -101,14 +102,13 @@ class Yardsticks:
     1024 x 1024 x 1024 run the way layers run theirs (split over the intra-op threads, BLAS
     one thread each), in GFLOP/s, and one copy of a 64 MB array (beyond this machine's caches)
     into another split as pooling splits its images, in GB/s (bytes read + bytes written).
-    Each is measured only if the net has a layer to set beside it; neither counts in the
-    passes' times."""
+    Each is measured only if ``units`` (those of :func:`layer_work`) has a layer to set beside
+    it; neither counts in the passes' times."""
 
     GEMM_SIZE = 1024
     COPY_MB = 64
 
-    def __init__(self, net, iterations):
-        units = {w[0] for w in (layer_work(net, i) for i in range(len(net.layers))) if w is not None}
+    def __init__(self, units, iterations):
         self.peak = np.full(iterations, np.nan) if 'GFLOP/s' in units else None
         self.bandwidth = np.full(iterations, np.nan) if 'GB/s' in units else None
         self._gemm = self._gemm_run(self.GEMM_SIZE) if self.peak is not None else None
@@ -166,14 +166,13 @@ def layer_work(net, i):
     return 'GFLOP/s', per_pass / 1e9, backward / 1e9
 
 
-def report_throughput(net, fwd_s, bwd_s, yardsticks, out=print):
+def report_throughput(net, rows, fwd_s, bwd_s, yardsticks, out=print):
     """Print GFLOP/s (and % of the GEMM peak) or GB/s (and % of the copy's) per layer, forward
-    and backward, from the layers' seconds ``fwd_s``/``bwd_s`` (passes x layers) and the
-    :class:`Yardsticks` sampled before each pass: a rate is the median over the passes, a
-    share the median of each pass's rate over that pass's yardstick."""
+    and backward, for ``rows`` ((layer index, :func:`layer_work`) of the layers it counts),
+    from the layers' seconds ``fwd_s``/``bwd_s`` (passes x layers) and the :class:`Yardsticks`
+    sampled before each pass: a rate is the median over the passes, a share the median of each
+    pass's rate over that pass's yardstick."""
     from .intra_op import num_threads
-    rows = [(i, layer_work(net, i)) for i in range(len(net.layers))]
-    rows = [(i, w) for i, w in rows if w is not None]
     if not rows:
         return
     measured = []

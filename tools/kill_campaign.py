@@ -3,11 +3,11 @@ failure-free run.
 
 Each schedule kills 1 to N-1 ranks (any rank, the root included) at random iterations and
 phases (forward, backward, allreduce, allgather (between the two exchanges of the sum in
-worker order), the Agree after a collective, test, snapshot write, the weight broadcast), or kills every rank at once and lets the launcher restart the job from its
-newest snapshot
+worker order), the Agree after a collective, test, snapshot write, the weight broadcast), or
+kills every rank at once and lets the launcher restart the job from its newest snapshot
 (``--resume auto --max-restarts 1``). The default reduction (the sum in worker order) and
-``--deterministic`` must both give a deviation of 0; ``--regrow`` trains with re-grow and also kills while replacements are
-spawned or join (phase regrow) and replacements after they joined. A run *finishes* when
+``--deterministic`` must both give a deviation of 0; ``--regrow`` trains with re-grow and also
+kills while replacements are spawned or join (phase regrow) and replacements after they joined. A run *finishes* when
 ``pycaffe-ft train`` exits 0 and the final snapshot is there. Prints a table: schedules,
 finished, the largest weight deviation from the failure-free run (relative to max|w|), ledgers
 equal, recovery time (median, worst), re-grows and how long training waited for them.
