@@ -105,9 +105,9 @@ class PoolingLayer(Layer):
                 + (self._taps,))
 
     def _windows(self, x, lo, hi):
-        """Plane-lane kernel arguments for images [lo, hi) of x (N, C, H, W): planes, plane
-        size and the window table."""
-        return ((hi - lo) * x.shape[1], x[0, 0].size) + self._taps
+        """Average pooling's backward arguments for images [lo, hi) of x (N, C, H, W): planes,
+        plane height and width, window height and width, and the window table."""
+        return ((hi - lo) * x.shape[1],) + x.shape[2:] + self.kernel + (self._taps,)
 
     def backward(self, top, propagate_down, bottom):
         if not propagate_down[0]:

@@ -42,7 +42,7 @@ class LRNLayer(Layer):
             pad = (self.size - 1) // 2
             geometry = (h, w, self.size, self.size, pad, pad, 1, 1, h, w)
             self._geometry = (n * c,) + geometry + (KP.window_taps(*geometry),)
-            self._windows = (n * c, h * w) + self._geometry[-1]
+            self._windows = (n * c, h, w, self.size, self.size, self._geometry[-1])
 
     def forward(self, bottom, top):
         x = bottom[0].data
