@@ -280,6 +280,8 @@ class DataParallelSolver(Solver):
         the reduction)."""
         hosted = self._hosted()
         for k, v in enumerate(workers):
+            if self.ordered:
+                self._detach_kept()
             self.net.clear_param_diffs()
             then = (workers[k + 1], self.iter) if k + 1 < len(workers) else \
                 (hosted[0], self.iter + 1) if hosted else None
@@ -297,14 +299,24 @@ class DataParallelSolver(Solver):
         self._backward_end = time.time()
 
     def _keep_gradient(self, v):
-        """Worker order: keep worker v's gradient (param_diff) apart in a reused buffer, or,
-        folding (one rank, workers in order), add it to the running sum."""
+        """Worker order: keep worker v's gradient for the reduction (param_diff itself, until
+        another worker's backward needs it: see :meth:`_detach_kept`), or, folding (one rank,
+        workers in order), add it to the running sum."""
         key = 'fold' if self._folding else v
         if self._folding and key in self._gradients:  # after the first worker
             self._gradients[key] += self.net.param_diff
             return
-        self._gradients[key] = self._kept.setdefault(key, np.empty_like(self.net.param_diff))
-        np.copyto(self._gradients[key], self.net.param_diff)
+        self._gradients[key] = self.net.param_diff
+
+    def _detach_kept(self):
+        """Before param_diff is cleared for another worker's backward (the next hosted worker, or
+        an orphan recomputed after a failure), the gradient kept in it moves to a reused
+        buffer. The last worker's stays in place: the reduction only reads it (a 1.7 MB copy per
+        LeNet iteration saved, ~0.3 ms)."""
+        for key, kept in self._gradients.items():
+            if kept is self.net.param_diff:
+                self._gradients[key] = self._kept.setdefault(key, np.empty_like(kept))
+                np.copyto(self._gradients[key], kept)
 
     def _build_levels(self):
         """(Re)build the two reduction levels from the current communicator, or decide on a
