@@ -60,6 +60,8 @@ class Blob:
         shape = tuple(int(d) for d in shape)
         if len(shape) > _MAX_AXES or any(d < 0 for d in shape):
             raise ShapeError('invalid blob shape %s' % (list(shape),))
+        if shape == self._shape:
+            return  # the views stand (a layer's reshape every forward)
         count = math.prod(shape)
         if count > self._data_buf.size:
             self._data_buf, self._diff_buf = _allocate(count, self._data_buf.dtype, shape)
@@ -113,7 +115,7 @@ class Blob:
 
     def count_range(self, start, end=None):
         end = len(self._shape) if end is None else end
-        return int(np.prod(self._shape[start:end], dtype=np.int64))
+        return math.prod(self._shape[start:end])
 
     def _legacy(self, index):
         if len(self._shape) > 4:

@@ -70,10 +70,12 @@ class PoolingLayer(Layer):
         top[0].reshape((n, c) + self.out_hw)
         if len(top) > 1:
             top[1].reshape((n, c) + self.out_hw)
-        if self.method in (_P.MAX, _P.STOCHASTIC) and len(top) == 1:
+        if self.method in (_P.MAX, _P.STOCHASTIC) and len(top) == 1 and \
+                getattr(self, '_mask', np.empty(0)).shape != (n, c) + self.out_hw:
             self._mask = np.empty((n, c) + self.out_hw, np.float32)
-        if self.method in (_P.MAX, _P.AVE):
-            self._taps = K.window_taps(h, w, *self._args(), *self.out_hw)
+        geometry = (h, w) + self._args() + self.out_hw
+        if self.method in (_P.MAX, _P.AVE) and getattr(self, '_taps_of', None) != geometry:
+            self._taps, self._taps_of = K.window_taps(*geometry), geometry
 
     def _args(self):
         return (self.kernel[0], self.kernel[1], self.pad[0], self.pad[1], self.stride[0], self.stride[1])
