@@ -144,14 +144,15 @@ class BaseConvolutionLayer(Layer):
         pad_planes(im.reshape(-1), n * c, h, w, ph, pw, src)
         return src, h + 2 * ph, w + 2 * pw
 
-    def _im2col(self, im, rows=None):
+    def _im2col(self, im, rows=None, padded=None):
         """im (n, C_in, H, W) -> this thread's column buffer (C_in*kh*kw, n*P); with ``rows``
-        (r0, r1), the columns of output rows r0 .. r1 - 1 only."""
+        (r0, r1), the columns of output rows r0 .. r1 - 1 only; ``padded``: what
+        :meth:`_padded` made of im, if it has been called already."""
         n, c = im.shape[:2]
         k = c * self.kernel[0] * self.kernel[1]
         r0, r1 = rows or (0, self.col_hw[0])
         col = scratch('conv_col', k * n * (r1 - r0) * self.col_hw[1]).reshape(k, -1)
-        src, hp, wp = self._padded(im)
+        src, hp, wp = padded or self._padded(im)
         columns(src[r0 * self.stride[0] * wp:], n, c, hp, wp, *self._kernel_geometry(r1 - r0), col.reshape(-1),
                 col.shape[1], True)
         return col
@@ -302,26 +303,26 @@ class ConvolutionLayer(BaseConvolutionLayer):
         out_w = self.out_hw[1]
         bands = self._bands()
         chunks = self._chunks() if len(bands) == 1 else self._one_image_each()
-        work = [(lo, hi, rows) for lo, hi in chunks for rows in bands]
-        # fewer pieces than threads (deploy at batch 1): the threads split each GEMM instead
-        multiply = matmul if len(work) < num_threads() else gemm
+        # fewer chunks than threads (deploy at batch 1): the threads split each GEMM instead
+        multiply = matmul if len(chunks) < num_threads() else gemm
         for b, t in zip(bottom, top):
             x = b.data.reshape((self.num, self.channels) + self.in_hw)
             y = t.data.reshape(self.num, self.num_output, -1)
 
-            def piece(i, _):
-                lo, hi, (r0, r1) = work[i]
-                col = self._im2col(x[lo:hi], (r0, r1))
-                if hi - lo == 1:  # one image's rows: the GEMM writes them in place
-                    out = y[lo, :, r0 * out_w:r1 * out_w]
-                    self._gemm(w, col, out, multiply=multiply)
-                else:
-                    out = scratch('conv_out', self.num_output * col.shape[1]).reshape(self.num_output, -1)
-                    from_channel_major(self._gemm(w, col, out, multiply=multiply), y[lo:hi])
-                    out = y[lo:hi]
-                if self.bias_term:
-                    out += bias.reshape(-1, 1) if hi - lo == 1 else bias.reshape(1, -1, 1)
-            run_chunks(piece, [(i, i + 1) for i in range(len(work))])
+            def chunk(lo, hi):
+                padded = self._padded(x[lo:hi])
+                for r0, r1 in bands:
+                    col = self._im2col(x[lo:hi], (r0, r1), padded)
+                    if hi - lo == 1:  # one image's rows: the GEMM writes them in place
+                        out = y[lo, :, r0 * out_w:r1 * out_w]
+                        self._gemm(w, col, out, multiply=multiply)
+                    else:
+                        out = scratch('conv_out', self.num_output * col.shape[1]).reshape(self.num_output, -1)
+                        from_channel_major(self._gemm(w, col, out, multiply=multiply), y[lo:hi])
+                        out = y[lo:hi]
+                    if self.bias_term:
+                        out += bias.reshape(-1, 1) if hi - lo == 1 else bias.reshape(1, -1, 1)
+            run_chunks(chunk, chunks)
 
     def _direct_forward(self, bottom, top):
         weights = self.blobs[0].data.reshape(-1)
@@ -391,8 +392,9 @@ class ConvolutionLayer(BaseConvolutionLayer):
                     to_channel_major(dy[lo:hi], dy_cm)
                 if need_w and not direct_w:  # (K_g, O_g) per group: the orientation BLAS runs fastest
                     w_part = np.empty((g, k, o), np.float32)
+                    padded = self._padded(x[lo:hi])
                     for j, (r0, r1) in enumerate(bands):  # partial sums added band by band
-                        col = self._im2col(x[lo:hi], (r0, r1))
+                        col = self._im2col(x[lo:hi], (r0, r1), padded)
                         for i in range(g):
                             gemm(col[i * k:(i + 1) * k], dy_cm[i * o:(i + 1) * o, r0 * out_w:r1 * out_w].T, w_part[i],
                                  accumulate=j > 0)
