@@ -1,14 +1,16 @@
 """A scaling model of data-parallel training, fed with what this machine measures.
 
-Measured here: each net's per-layer forward/backward time at the per-rank batch (one thread),
-the solver update, how much slower compute runs when two processes share this machine's
-memory system (the contention factor), the Data layer's synchronous read time (LeNet, CIFAR),
-and the float32 allreduce cost between two ranks (latency alpha and bandwidth beta fitted to
-t = 2 alpha + S / beta over message sizes; loopback TCP here).
+Measured here: each net's solver step at the per-rank batch (one thread: forward, backward,
+update and the loop's own Python), its per-layer backward times (when each bucket is ready),
+how much slower the slower of two processes computing at once runs than one alone (the
+contention factor: the shared memory system, and cores of a shared host that do not run at one
+speed, since ranks in step go at the slower one's pace), the Data layer's synchronous read time
+(LeNet, CIFAR), and the float32 allreduce cost between two ranks (latency alpha and bandwidth
+beta fitted to t = 2 alpha + S / beta over message sizes; loopback TCP here).
 
 Predicted per iteration, for P ranks:
-  compute  = (forward + backward + update) x contention (P > 1) + data read (P > 1: ranks read
-             synchronously; one rank prefetches on a spare core)
+  compute  = solver step x contention (P > 1) + data read (P > 1: ranks read synchronously; one
+             rank prefetches on a spare core)
   flat     = ring allreduce over P ranks: 2 (P - 1) alpha + 2 (P - 1) / P x S / beta
   two-level= node: 2 (ceil(log2 R) alpha_node + S / beta_node) (reduce to the leader, broadcast
              back), plus a ring over the N = P / R leaders with the inter-node alpha and beta
@@ -85,35 +87,32 @@ def measure_allreduce():
 
 
 def measure_compute(key, batch):
-    """(forward+backward+update seconds, gradient floats, [(bytes, backward seconds left
-    when the bucket is ready)]) at one thread."""
+    """(solver step seconds, gradient floats, [(bytes, backward seconds left when the bucket is
+    ready)], backward seconds) at one thread."""
     import bench_nets
+    import bench_train
     import pycaffe_ft as caffe
     from pycaffe_ft.bench import time_net
     from pycaffe_ft.parallel.buckets import bucket_elements, plan_buckets
     caffe.set_num_threads(1)
     proto, _ = bench_nets.build(key, batch)
+    small = batch * 3 * 32 * 32 < 4e6 and key in ('lenet', 'cifar10_quick')
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, 'net.prototxt')
         with open(path, 'w') as f:
             f.write(str(proto))
-        iters = 20 if batch * 3 * 32 * 32 < 4e6 and key in ('lenet', 'cifar10_quick') else 3
-        times = time_net(path, iterations=iters, out=lambda *a: None)
+        times = time_net(path, iterations=20 if small else 3, out=lambda *a: None)
         net = caffe.Net(path, caffe.TRAIN)
+    step = bench_train.child_pycaffe(key, batch, 30 if small else 3, False)['ms'] / 1e3
     backward = np.array(times['layer_backward_ms']) / 1e3
-    w = net.param_data
-    t0 = time.perf_counter()
-    for _ in range(3):
-        w -= np.float32(1e-9) * net.param_diff  # the fused update costs about one such pass
-    update = (time.perf_counter() - t0) / 3
     buckets = [((hi - lo) * 4, float(backward[:ready].sum())) for lo, hi, ready in plan_buckets(net, bucket_elements(net.param_diff.size))]
-    return (times['forward_ms'] + times['backward_ms']) / 1e3 + update, w.size, buckets, \
-        times['backward_ms'] / 1e3
+    return step, net.param_diff.size, buckets, times['backward_ms'] / 1e3
 
 
 def measure_contention(key, batch, rounds=3):
-    """Compute time of two processes running at once / one alone (this machine): the median
-    over ``rounds`` of (alone, together) pairs, so that drift of a shared machine cancels."""
+    """Compute time of the slower of two processes running at once / one alone (this machine):
+    the median over ``rounds`` of (alone, together) pairs, so that drift of a shared machine
+    cancels."""
     code = ('import sys, time; sys.path.insert(0, %r); sys.path.insert(0, %r); import scaling_model as m; '
             'print(m.measure_compute(%r, %d)[0])' % (HERE, ROOT, key, batch))
     env = dict(os.environ, PYCAFFE_FT_NUM_THREADS='1', OPENBLAS_NUM_THREADS='1')
@@ -122,7 +121,7 @@ def measure_contention(key, batch, rounds=3):
         alone = float(subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, env=env).stdout)
         procs = [subprocess.Popen([sys.executable, '-c', code], stdout=subprocess.PIPE, text=True, env=env)
                  for _ in range(2)]
-        ratios.append(statistics.mean(float(p.communicate()[0]) for p in procs) / alone)
+        ratios.append(max(float(p.communicate()[0]) for p in procs) / alone)
     return statistics.median(ratios)
 
 
