@@ -1,7 +1,7 @@
 """Eight-float vectors in Numba kernels: LLVM's ``<8 x float>`` as a Numba type, with load
 (also of the even elements of 16, in swizzled lane order), store, splat, ramp, zero, fused
-multiply-add, lane-wise arithmetic, compare-and-select and an 8 x 8 transpose; and a cache
-prefetch hint.
+multiply-add, lane-wise arithmetic, compare-and-select and an 8 x 8 transpose; and cache
+prefetch hints (to read, to write).
 
 Numba's loop vectorizer leaves register-blocked loops (a block of outputs kept in registers
 over a long reduction) scalar; these intrinsics write such loops with vectors directly. On a
@@ -16,7 +16,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic, models, register_model
 
 __all__ = ['vload', 'vload_even_swizzled', 'vunswizzle', 'vstore', 'vsplat', 'vfull', 'vramp', 'vzero', 'vfma', 'vadd', 'vsub',
-           'vmul', 'vdiv', 'vwhere_gt', 'vtranspose', 'prefetch', 'WIDTH']
+           'vmul', 'vdiv', 'vwhere_gt', 'vtranspose', 'prefetch', 'prefetch_to_write', 'WIDTH']
 
 WIDTH = 8
 _VECTOR = ir.VectorType(ir.FloatType(), WIDTH)
@@ -185,16 +185,29 @@ def vtranspose(typingctx, r0, r1, r2, r3, r4, r5, r6, r7):
     return types.UniTuple(float32x8, 8)(r0, r1, r2, r3, r4, r5, r6, r7), codegen
 
 
-@intrinsic
-def prefetch(typingctx, array, index):
-    """A hint to bring the cache line holding array[index] into the caches, to be read soon
-    (no effect on any result)."""
+def _prefetch_codegen(write):
+    """llvm.prefetch of the element's line: for writing or reading, kept in every cache level."""
     def codegen(context, builder, sig, args):
         byte_pointer = ir.IntType(8).as_pointer()
         pointer = builder.bitcast(_element_pointer(context, builder, sig.args[0], args[0], args[1]), byte_pointer)
         i32 = ir.IntType(32)
         hint = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), [byte_pointer, i32, i32, i32]),
                                               'llvm.prefetch.p0i8')
-        builder.call(hint, [pointer, ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)])  # read, keep, data
+        locality, data_cache = ir.Constant(i32, 3), ir.Constant(i32, 1)
+        builder.call(hint, [pointer, ir.Constant(i32, int(write)), locality, data_cache])
         return context.get_dummy_value()
-    return types.void(array, index), codegen
+    return codegen
+
+
+@intrinsic
+def prefetch(typingctx, array, index):
+    """A hint to bring the cache line holding array[index] into the caches, to be read soon
+    (no effect on any result)."""
+    return types.void(array, index), _prefetch_codegen(False)
+
+
+@intrinsic
+def prefetch_to_write(typingctx, array, index):
+    """:func:`prefetch` for a line about to be written (fetched for ownership, so that the
+    stores do not wait for it)."""
+    return types.void(array, index), _prefetch_codegen(True)

@@ -106,11 +106,6 @@ class PoolingLayer(Layer):
         return ((x[lo:hi].reshape(-1), (hi - lo) * x.shape[1], x.shape[2], x.shape[3]) + self._args() + self.out_hw
                 + (self._taps,))
 
-    def _windows(self, x, lo, hi):
-        """Average pooling's backward arguments for images [lo, hi) of x (N, C, H, W): planes,
-        plane height and width, window height and width, and the window table."""
-        return ((hi - lo) * x.shape[1],) + x.shape[2:] + self.kernel + (self._taps,)
-
     def backward(self, top, propagate_down, bottom):
         if not propagate_down[0]:
             return
@@ -124,4 +119,5 @@ class PoolingLayer(Layer):
                 dy[0, 0].size, dx[lo:hi].reshape(-1)), dx.shape[0], dx[0].size)
         else:
             for_images(lambda lo, hi: K.ave_pool_backward(
-                dy[lo:hi].reshape(-1), *self._windows(dx, lo, hi), dx[lo:hi].reshape(-1)), dx.shape[0], dx[0].size)
+                dy[lo:hi].reshape(-1), (hi - lo) * dx.shape[1], self._taps, dx[lo:hi].reshape(-1)),
+                dx.shape[0], dx[0].size)

@@ -42,7 +42,6 @@ class LRNLayer(Layer):
             pad = (self.size - 1) // 2
             geometry = (h, w, self.size, self.size, pad, pad, 1, 1, h, w)
             self._geometry = (n * c,) + geometry + (KP.window_taps(*geometry),)
-            self._windows = (n * c, h, w, self.size, self.size, self._geometry[-1])
 
     def forward(self, bottom, top):
         x = bottom[0].data
@@ -81,7 +80,8 @@ class LRNLayer(Layer):
         beta = np.float32(self.beta)
         d_avg = dy * x * (-beta) * self.scale ** (-beta - np.float32(1)) * np.float32(self.alpha)
         d_sq = np.empty_like(x)
-        KP.ave_pool_backward(np.ascontiguousarray(d_avg).reshape(-1), *self._windows, d_sq.reshape(-1))
+        KP.ave_pool_backward(np.ascontiguousarray(d_avg).reshape(-1), self._geometry[0], self._geometry[-1],
+                             d_sq.reshape(-1))
         bottom[0].diff[...] = dy * self.scale ** (-beta) + d_sq * 2 * x
 
 
