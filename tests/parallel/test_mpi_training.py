@@ -92,12 +92,27 @@ def ledger(job):
         return [json.loads(line) for line in f]
 
 
-def assert_survives(tmp_path, mnist, flags, faults):
-    """Train with ``flags`` twice, the second time with ``faults`` injected: a recovery is
-    logged, the final weights match (bitwise where the gradients are summed in worker order,
-    the default; else 1e-5) and the ledgers hold the same records. Returns the faulty run's log."""
-    ok = make_job(tmp_path / 'ok', mnist)
-    train(ok, *flags)
+@pytest.fixture(scope='module')
+def failure_free(tmp_path_factory, mnist):
+    """``failure_free(flags)``: (job directory, log) of a failure-free 20-iteration run with
+    ``flags``, trained once per module and net (runs are deterministic: the kill tests compare
+    with them bit for bit), so the tests whose references share flags share one run."""
+    runs = {}
+
+    def run(flags):
+        key = (NET, tuple(flags))
+        if key not in runs:
+            job = make_job(tmp_path_factory.mktemp('failure_free'), mnist)
+            runs[key] = job, train(job, *flags)
+        return runs[key]
+    return run
+
+
+def assert_survives(failure_free, tmp_path, mnist, flags, faults):
+    """Train with ``flags`` with ``faults`` injected: a recovery is logged, the final weights
+    match the failure-free run's (bitwise where the gradients are summed in worker order, the
+    default; else 1e-5) and the ledgers hold the same records. Returns the faulty run's log."""
+    ok, _ = failure_free(flags)
     ft = make_job(tmp_path / 'ft', mnist)
     log = train(ft, *(list(flags) + [arg for f in faults for arg in ('--inject-fault', f)]))
     assert 'Recovered from the failure of ranks' in log
@@ -110,11 +125,9 @@ def assert_survives(tmp_path, mnist, flags, faults):
 
 
 @pytest.mark.parametrize('n', [2, 4])
-def test_n_ranks_equal_one_process_with_n_virtual_workers(tmp_path, mnist, n):
-    serial = make_job(tmp_path / 'serial', mnist)
-    log_serial = train(serial, '--np', '1', '--virtual-workers', str(n))
-    parallel = make_job(tmp_path / 'parallel', mnist)
-    log_parallel = train(parallel, '--np', str(n))
+def test_n_ranks_equal_one_process_with_n_virtual_workers(failure_free, n):
+    serial, log_serial = failure_free(['--np', '1', '--virtual-workers', str(n)])
+    parallel, log_parallel = failure_free(['--np', str(n)])
     w_serial, w_parallel = weights(serial, 20), weights(parallel, 20)
     assert all(np.array_equal(w_serial[k], w_parallel[k]) for k in w_serial)  # the sum in worker order: bitwise
     assert final_accuracy(log_serial) == final_accuracy(log_parallel)
@@ -126,28 +139,26 @@ def test_n_ranks_equal_one_process_with_n_virtual_workers(tmp_path, mnist, n):
 # pending rendezvous receive from the TCP receive callback, docs/scaling.md): slow, not default.
 @pytest.mark.parametrize('faults', [['1:6:bucket'],
                                     pytest.param(['0:12:bucket', '2:12:bucket'], marks=pytest.mark.slow)])
-def test_overlapped_reduction_survives_kills_with_buckets_in_flight(tmp_path, mnist, faults):
-    assert_survives(tmp_path, mnist, ['--np', '3', '--overlap', 'on'], faults)
+def test_overlapped_reduction_survives_kills_with_buckets_in_flight(failure_free, tmp_path, mnist, faults):
+    assert_survives(failure_free, tmp_path, mnist, ['--np', '3', '--overlap', 'on'], faults)
 
 
 @pytest.mark.parametrize('n, per_node', [(2, 1), (4, 2)])
-def test_two_level_reduction_equals_one_process(tmp_path, mnist, n, per_node):
+def test_two_level_reduction_equals_one_process(failure_free, n, per_node):
     """Forced nodes of K ranks: node reduce, leaders' allreduce, broadcast; the same training as
     one process with n virtual workers."""
-    serial = make_job(tmp_path / 'serial', mnist)
-    train(serial, '--np', '1', '--virtual-workers', str(n))
-    two = make_job(tmp_path / 'two', mnist)
-    log = train(two, '--np', str(n), '--ranks-per-node', str(per_node))
+    serial, _ = failure_free(['--np', '1', '--virtual-workers', str(n)])
+    two, log = failure_free(['--np', str(n), '--ranks-per-node', str(per_node)])
     assert 'two levels: %d nodes' % (n // per_node) in log
     assert_same_weights(weights(serial, 20), weights(two, 20))
     assert ledger(serial) == ledger(two)
 
 
 @pytest.mark.parametrize('faults', [['2:5:leader'], ['3:6:node'], ['0:8:leader'], ['1:9:node', '2:9:leader']])
-def test_two_level_reduction_survives_kills_at_either_level(tmp_path, mnist, faults):
+def test_two_level_reduction_survives_kills_at_either_level(failure_free, tmp_path, mnist, faults):
     """Ranks 0 and 2 lead the nodes {0, 1} and {2, 3}: a leader, a member, the root, and a
     member and the other leader in one iteration; the levels are rebuilt after each shrink."""
-    assert_survives(tmp_path, mnist, ['--np', '4', '--ranks-per-node', '2'], faults)
+    assert_survives(failure_free, tmp_path, mnist, ['--np', '4', '--ranks-per-node', '2'], faults)
 
 
 def test_overlapped_reduction_gives_the_same_result(tmp_path, mnist):
@@ -185,9 +196,8 @@ def test_every_record_once_per_epoch(tmp_path, mnist):
         assert all(r % 2 == e['worker'] for r in e['records'])
 
 
-def test_survives_three_kills_with_the_same_result(tmp_path, mnist):
-    ok = make_job(tmp_path / 'ok', mnist)
-    train(ok, '--np', '4')
+def test_survives_three_kills_with_the_same_result(failure_free, tmp_path, mnist):
+    ok, _ = failure_free(['--np', '4'])
     ft = make_job(tmp_path / 'ft', mnist)
     log = train(ft, '--np', '4', '--inject-fault', '2:5', '--inject-fault', '0:9',
                 '--inject-fault', '1:13:allreduce')
@@ -214,8 +224,8 @@ def test_survives_three_kills_with_the_same_result(tmp_path, mnist):
 @pytest.mark.parametrize('faults', [['1:0:broadcast'], ['1:10:test'], ['0:10:snapshot'],
                                     ['1:7:backward', '2:7:allreduce'], ['1:6:allgather'],
                                     ['0:12:allgather', '2:12:allgather'], ['0:5:agree', '2:9:agree']])
-def test_survives_failures_in_every_phase(tmp_path, mnist, faults):
-    assert_survives(tmp_path, mnist, ['--np', '3'], faults)
+def test_survives_failures_in_every_phase(failure_free, tmp_path, mnist, faults):
+    assert_survives(failure_free, tmp_path, mnist, ['--np', '3'], faults)
     assert os.path.exists(tmp_path / 'ft' / 'lenet_iter_10.solverstate')  # written even when the root died there
 
 
