@@ -32,7 +32,7 @@ Two ways through the planes:
 import numpy as np
 from numba import njit
 
-from .simd import prefetch_to_write, vadd, vdiv, vfull, vload, vload_even_swizzled, vmul, vramp, vsplat, \
+from .simd import prefetch, prefetch_to_write, vadd, vdiv, vfull, vload, vload_even_swizzled, vmul, vramp, vsplat, \
     vstore, vsub, vtranspose, vunswizzle, vwhere_gt, vzero
 
 _LOWEST = np.float32(-3.4028234663852886e38)  # -FLT_MAX, where Caffe's max pooling starts
@@ -138,6 +138,20 @@ def _inside(starts, o, kh, kw):
 
 
 @njit(cache=True, nogil=True, inline='always')
+def _prefetch_next_planes(x, first, in_plane, out_plane, o):
+    """While output o of planes first .. first + 7 is computed, prefetch its share of the next
+    eight planes' cache lines (all of them over the outputs): the plane-lane transpose then
+    reads them from L1/L2, not from L3 or memory, where a layer's input usually is in a net.
+    (Alone, one thread, alternated: CIFAR10-quick's 3 x 3 average pools' forward 1.3-1.5 ->
+    0.8-0.9 ms for pool2 and 0.5-0.6 -> 0.3-0.4 ms for pool3 with the input out of the caches.)"""
+    per = -(-in_plane // (2 * out_plane))  # 16 floats a line: 8 * in_plane / 16 lines over the outputs
+    ahead = (first + 8) * in_plane
+    for line in range(o * per, (o + 1) * per):
+        if ahead + line * 16 < x.size:
+            prefetch(x, ahead + line * 16)
+
+
+@njit(cache=True, nogil=True, inline='always')
 def _max_tap(xt, at, float_offsets, t, best, index):
     """One tap of eight max-pooling windows: the plane value at ``at`` (table entry t)."""
     v = vload(xt, at * 8)
@@ -157,6 +171,7 @@ def _max_pool_lanes(x, planes, in_plane, width, kh, kw, starts, offsets, y, mask
         lanes = min(8, planes - first)
         _to_lanes(x, first, lanes, in_plane, xt)
         for o in range(out_plane):
+            _prefetch_next_planes(x, first, in_plane, out_plane, o)
             best = vfull(_LOWEST)
             index = vfull(np.float32(-1.0))
             t0 = starts[o]
@@ -436,6 +451,7 @@ def _ave_pool_lanes(x, planes, in_plane, width, kh, kw, starts, offsets, sizes, 
         lanes = min(8, planes - first)
         _to_lanes(x, first, lanes, in_plane, xt)
         for o in range(out_plane):
+            _prefetch_next_planes(x, first, in_plane, out_plane, o)
             total = vfull(np.float32(0.0))
             if _inside(starts, o, kh, kw):
                 for ky in range(kh):
