@@ -86,35 +86,46 @@ def measure_allreduce():
     return alpha, beta, times
 
 
+def _small(key, batch):
+    """Whether a pass of this net is short enough to time many (LeNet, CIFAR10-quick below ~4M inputs)."""
+    return batch * 3 * 32 * 32 < 4e6 and key in ('lenet', 'cifar10_quick')
+
+
+def measure_step(key, batch):
+    """Median solver step seconds at one thread (forward, backward, update, the loop's Python)."""
+    import bench_train
+    import pycaffe_ft as caffe
+    caffe.set_num_threads(1)
+    return bench_train.child_pycaffe(key, batch, 30 if _small(key, batch) else 3, False)['ms'] / 1e3
+
+
 def measure_compute(key, batch):
     """(solver step seconds, gradient floats, [(bytes, backward seconds left when the bucket is
     ready)], backward seconds) at one thread."""
     import bench_nets
-    import bench_train
     import pycaffe_ft as caffe
     from pycaffe_ft.bench import time_net
     from pycaffe_ft.parallel.buckets import bucket_elements, plan_buckets
     caffe.set_num_threads(1)
     proto, _ = bench_nets.build(key, batch)
-    small = batch * 3 * 32 * 32 < 4e6 and key in ('lenet', 'cifar10_quick')
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, 'net.prototxt')
         with open(path, 'w') as f:
             f.write(str(proto))
-        times = time_net(path, iterations=20 if small else 3, out=lambda *a: None)
+        times = time_net(path, iterations=20 if _small(key, batch) else 3, out=lambda *a: None)
         net = caffe.Net(path, caffe.TRAIN)
-    step = bench_train.child_pycaffe(key, batch, 30 if small else 3, False)['ms'] / 1e3
     backward = np.array(times['layer_backward_ms']) / 1e3
     buckets = [((hi - lo) * 4, float(backward[:ready].sum())) for lo, hi, ready in plan_buckets(net, bucket_elements(net.param_diff.size))]
-    return step, net.param_diff.size, buckets, times['backward_ms'] / 1e3
+    return measure_step(key, batch), net.param_diff.size, buckets, times['backward_ms'] / 1e3
 
 
 def measure_contention(key, batch, rounds=3):
-    """Compute time of the slower of two processes running at once / one alone (this machine):
-    the median over ``rounds`` of (alone, together) pairs, so that drift of a shared machine
-    cancels."""
-    code = ('import sys, time; sys.path.insert(0, %r); sys.path.insert(0, %r); import scaling_model as m; '
-            'print(m.measure_compute(%r, %d)[0])' % (HERE, ROOT, key, batch))
+    """Solver step time of the slower of two processes stepping at once / one alone (this
+    machine): the median over ``rounds`` of (alone, together) pairs, so that drift of a shared
+    machine cancels. The processes time only the step (nothing else of :func:`measure_compute`
+    that one of them could still be running while the other steps)."""
+    code = ('import sys; sys.path.insert(0, %r); sys.path.insert(0, %r); import scaling_model as m; '
+            'print(m.measure_step(%r, %d))' % (HERE, ROOT, key, batch))
     env = dict(os.environ, PYCAFFE_FT_NUM_THREADS='1', OPENBLAS_NUM_THREADS='1')
     ratios = []
     for _ in range(rounds):
