@@ -90,6 +90,21 @@ def test_image_chunks_depend_on_the_shape_only():
     assert chunks[0] == (0, 5) and chunks[-1] == (95, 100)
     assert sum(hi - lo for lo, hi in chunks) == 100
     assert intra_op.image_chunks(3, 10 ** 9) == [(0, 1), (1, 2), (2, 3)]
+    sizes = [hi - lo for lo, hi in intra_op.image_chunks(16, 301056)]  # AlexNet's conv4 (Winograd)
+    assert len(sizes) == 6 and sum(sizes) == 16 and max(sizes) - min(sizes) == 1
+    assert intra_op.image_chunks(0, 10) == []
+
+
+@pytest.mark.parametrize('size', [100, 3 * intra_op._SUM_BLOCK + 17])
+def test_sum_in_chunk_order_adds_like_the_sequential_loop(restore_threads, size):
+    rng = np.random.default_rng(0)
+    parts = [rng.standard_normal((size,)).astype(np.float32) * 10.0 ** rng.integers(-3, 4) for _ in range(5)]
+    expected = parts[0].copy()
+    for part in parts[1:]:
+        expected += part
+    for threads in (1, 2):
+        intra_op.set_num_threads(threads)
+        assert np.array_equal(intra_op.sum_in_chunk_order([p.copy() for p in parts]), expected)
 
 
 def test_set_num_threads_rejects_nonsense(restore_threads):
