@@ -57,6 +57,9 @@ class TestInnerProduct(LayerTestCase):
         {'param': 'type: "InnerProduct" inner_product_param { num_output: 3 transpose: true axis: 2 '
                   'weight_filler { type: "gaussian" } bias_filler { type: "gaussian" } }',
          'bottoms': [(2, 3, 4)]},
+        {'param': 'type: "InnerProduct" inner_product_param { num_output: 7 '  # 16 items: weights x 16 in registers
+                  'weight_filler { type: "gaussian" } bias_filler { type: "gaussian" } }',
+         'bottoms': [(16, 5, 2, 2)]},
     ]
 
 
