@@ -10,7 +10,8 @@ beta fitted to t = 2 alpha + S / beta over message sizes; loopback TCP here).
 
 Predicted per iteration, for P ranks:
   compute  = solver step x contention (P > 1) + data read (P > 1: ranks read synchronously; one
-             rank prefetches on a spare core)
+             rank prefetches on a spare core); with overlap the step is timed as the trainer
+             runs a net that reduces in buckets (5x5 convolutions without Winograd)
   flat     = ring allreduce over P ranks: 2 (P - 1) alpha + 2 (P - 1) / P x S / beta
   two-level= node: 2 (ceil(log2 R) alpha_node + S / beta_node) (reduce to the leader, broadcast
              back), plus a ring over the N = P / R leaders with the inter-node alpha and beta
@@ -91,17 +92,23 @@ def _small(key, batch):
     return batch * 3 * 32 * 32 < 4e6 and key in ('lenet', 'cifar10_quick')
 
 
-def measure_step(key, batch):
-    """Median solver step seconds at one thread (forward, backward, update, the loop's Python)."""
+def measure_step(key, batch, buckets=False):
+    """Median solver step seconds at one thread (forward, backward, update, the loop's Python);
+    with ``buckets``, of the net as the trainer sets it up when it reduces in buckets."""
     import bench_train
     import pycaffe_ft as caffe
+    from pycaffe_ft.layers.convolution import ConvolutionLayer
     caffe.set_num_threads(1)
-    return bench_train.child_pycaffe(key, batch, 30 if _small(key, batch) else 3, False)['ms'] / 1e3
+    ConvolutionLayer.keep_5x5_rounding = buckets  # what the trainer sets on each layer in that mode
+    try:
+        return bench_train.child_pycaffe(key, batch, 30 if _small(key, batch) else 3, False)['ms'] / 1e3
+    finally:
+        ConvolutionLayer.keep_5x5_rounding = False
 
 
 def measure_compute(key, batch):
-    """(solver step seconds, gradient floats, [(bytes, backward seconds left when the bucket is
-    ready)], backward seconds) at one thread."""
+    """(solver step seconds, the same in buckets, gradient floats, [(bytes, backward seconds left
+    when the bucket is ready)], backward seconds) at one thread."""
     import bench_nets
     import pycaffe_ft as caffe
     from pycaffe_ft.bench import time_net
@@ -116,7 +123,8 @@ def measure_compute(key, batch):
         net = caffe.Net(path, caffe.TRAIN)
     backward = np.array(times['layer_backward_ms']) / 1e3
     buckets = [((hi - lo) * 4, float(backward[:ready].sum())) for lo, hi, ready in plan_buckets(net, bucket_elements(net.param_diff.size))]
-    return measure_step(key, batch), net.param_diff.size, buckets, times['backward_ms'] / 1e3
+    return (measure_step(key, batch), measure_step(key, batch, buckets=True), net.param_diff.size, buckets,
+            times['backward_ms'] / 1e3)
 
 
 def measure_contention(key, batch, rounds=3):
@@ -182,7 +190,8 @@ def exposed(p, net, a, overlap):
 
 
 def iteration(p, net, a, overlap, cores=None):
-    compute = net['compute'] * (net['contention'] if p > 1 else 1.0) + (net['data'] if p > 1 else 0.0)
+    step = net['compute_buckets' if overlap and p > 1 else 'compute']
+    compute = step * (net['contention'] if p > 1 else 1.0) + (net['data'] if p > 1 else 0.0)
     if cores and p > cores:
         compute *= p / cores
     return compute + exposed(p, net, a, overlap)
@@ -211,13 +220,13 @@ def main():
     nets = {}
     for name in args.nets.split(','):
         key, batch = NETS[name]
-        compute, floats, buckets, backward = measure_compute(key, batch)
+        compute, compute_buckets, floats, buckets, backward = measure_compute(key, batch)
         # two processes cannot compute faster than one: a measured factor below 1 is noise
-        nets[name] = dict(compute=compute, size=floats * 4, buckets=buckets, backward=backward,
+        nets[name] = dict(compute=compute, compute_buckets=compute_buckets, size=floats * 4, buckets=buckets, backward=backward,
                           contention=max(1.0, measure_contention(key, batch)), data=measure_data_read(name, batch))
         n = nets[name]
-        print('%-14s b%-3d compute %.1f ms (backward %.1f), gradients %.2f MB in %d buckets, contention x%.2f, '
-              'data read %.1f ms' % (name, batch, compute * 1e3, backward * 1e3, n['size'] / 1e6, len(buckets),
+        print('%-14s b%-3d compute %.1f ms (in buckets %.1f; backward %.1f), gradients %.2f MB in %d buckets, contention x%.2f, '
+              'data read %.1f ms' % (name, batch, compute * 1e3, compute_buckets * 1e3, backward * 1e3, n['size'] / 1e6, len(buckets),
                                      n['contention'], n['data'] * 1e3), flush=True)
     here = dict(a, R=2, hierarchy='flat', alpha_net=alpha, beta_net=beta)
     if args.measured:
