@@ -252,7 +252,7 @@ def image_chunks(num, per_image, target=1 << 20, min_chunks=4):
     thread count."""
     step = max(1, min(num, target // max(per_image, 1)))
     step = min(step, max(1, -(-num // min_chunks)))
-    count = -(-num // step) if num else 0
+    count = -(-num // step)
     if count % 2 and 1 < count < num:
         count += 1
     return [(num * i // count, num * (i + 1) // count) for i in range(count)]

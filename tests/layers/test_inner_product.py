@@ -7,7 +7,9 @@ from pycaffe_ft import intra_op
 from tests.gradient_checker import make_layer
 
 
-@pytest.mark.parametrize('items, inputs, outputs', [(16, 40, 13), (32, 17, 6), (48, 200, 31), (16, 1, 8)])
+# (16, 1 << 17, 13): ~4 MB of weights a chunk is 6 rows here, so two threads split the rows
+@pytest.mark.parametrize('items, inputs, outputs', [(16, 40, 13), (32, 17, 6), (48, 200, 31), (16, 1, 8),
+                                                    (16, 1 << 17, 13)])
 def test_forward_at_multiples_of_16_items(restore_threads, items, inputs, outputs):
     rng = np.random.default_rng(items + inputs)
     layer, bottom, top = make_layer('type: "InnerProduct" inner_product_param { num_output: %d '
