@@ -18,7 +18,8 @@ six loads, ran 4-10% slower on CIFAR10-quick's conv1 and as fast on LeNet's), ea
 added into a per-lane total, the lanes summed at the end. Every (channel, tap) is its own chain,
 so the blocking does not change the bits. It reads dy in NCHW where im2col needed it copied to
 (C, N*P) and a column buffer written. (Four outputs by three taps, 12 sums, ran out of AVX2's
-registers: 1.7x slower.) Each block's dy comes from memory once (one plane per channel, too
+registers: 1.7x slower; with AVX-512's 32 the wide path takes them, see
+:func:`direct_weight_gradient`.) Each block's dy comes from memory once (one plane per channel, too
 short for the hardware's stream prefetch to warm up), so the block before prefetches it, a
 share per group of taps: one thread, alternated, CIFAR10-quick's conv1 58 -> 64% of the GEMM
 peak (faster in 12 of 12 rounds), LeNet's 45 -> 55%, the same bits.
@@ -29,7 +30,8 @@ Images are the zero-padded planes (n, C, H + 2 ph, W + 2 pw) made by
 import numpy as np
 from numba import njit
 
-from .simd import prefetch, vadd, vfma, vfull, vload, vramp, vsplat, vstore, vwhere_gt, vzero
+from .simd import WIDE, prefetch, vadd, vfma, vfull, vload, vramp, vsplat, vstore, vwhere_gt, vzero, wfull, wload, \
+    wramp, wsplat, wzero
 
 __all__ = ['direct_forward', 'direct_weight_gradient', 'SIX_CHANNEL_TAPS']
 
@@ -40,89 +42,104 @@ terms, and CIFAR10-quick's, 75, ran 3-15% slower with six)."""
 
 
 @njit(cache=True, nogil=True, inline='always')
-def _store(y, d, acc, bias, use_bias, o):
-    """y[d:d+8] = acc (+ bias[o]: the sum first, then the bias, as Caffe adds it)."""
-    vstore(y, d, vadd(acc, vfull(bias[o])) if use_bias else acc)
+def _store(full, y, d, acc, bias, use_bias, o):
+    """y[d:d + lanes] = acc (+ bias[o]: the sum first, then the bias, as Caffe adds it)."""
+    vstore(y, d, vadd(acc, full(bias[o])) if use_bias else acc)
 
+
+# The block functions take the vector operations (zero, load, splat, full) as arguments: eight
+# lanes (vzero, vload, vsplat, vfull) or sixteen (wzero, wload, wsplat, wfull), the same chains.
 
 @njit(cache=True, nogil=True, inline='always')
-def _four_by_two(x, src0, plane_p, width_p, channels, kh, kw, w, wk0, taps, bias, use_bias, y, d, out_plane,
-                 out_w, o):
-    """Outputs (o .. o+3) x (two rows) x (eight columns); src0/wk0/d: their first input, weight
-    and output."""
-    a0 = a1 = a2 = a3 = b0 = b1 = b2 = b3 = vzero()
+def _four_by_two(zero, load, splat, full, x, src0, plane_p, width_p, channels, kh, kw, w, wk0, taps, bias,
+                 use_bias, y, d, out_plane, out_w, o):
+    """Outputs (o .. o+3) x (two rows) x (one vector of columns); src0/wk0/d: their first
+    input, weight and output."""
+    a0 = a1 = a2 = a3 = b0 = b1 = b2 = b3 = zero()
     for c in range(channels):
         for ky in range(kh):
             src = src0 + c * plane_p + ky * width_p
             wk = wk0 + (c * kh + ky) * kw
             for kx in range(kw):
-                v, u = vload(x, src + kx), vload(x, src + width_p + kx)
-                s = vsplat(w, wk + kx)
+                v, u = load(x, src + kx), load(x, src + width_p + kx)
+                s = splat(w, wk + kx)
                 a0, b0 = vfma(s, v, a0), vfma(s, u, b0)
-                s = vsplat(w, wk + taps + kx)
+                s = splat(w, wk + taps + kx)
                 a1, b1 = vfma(s, v, a1), vfma(s, u, b1)
-                s = vsplat(w, wk + 2 * taps + kx)
+                s = splat(w, wk + 2 * taps + kx)
                 a2, b2 = vfma(s, v, a2), vfma(s, u, b2)
-                s = vsplat(w, wk + 3 * taps + kx)
+                s = splat(w, wk + 3 * taps + kx)
                 a3, b3 = vfma(s, v, a3), vfma(s, u, b3)
     for i, (first, second) in enumerate(((a0, b0), (a1, b1), (a2, b2), (a3, b3))):
-        _store(y, d + i * out_plane, first, bias, use_bias, o + i)
-        _store(y, d + i * out_plane + out_w, second, bias, use_bias, o + i)
+        _store(full, y, d + i * out_plane, first, bias, use_bias, o + i)
+        _store(full, y, d + i * out_plane + out_w, second, bias, use_bias, o + i)
 
 
 @njit(cache=True, nogil=True, inline='always')
-def _six_by_two(x, src0, plane_p, width_p, channels, kh, kw, w, wk0, taps, bias, use_bias, y, d, out_plane,
-                out_w, o):
+def _six_by_two(zero, load, splat, full, x, src0, plane_p, width_p, channels, kh, kw, w, wk0, taps, bias,
+                use_bias, y, d, out_plane, out_w, o):
     """:func:`_four_by_two` with six output channels (12 chains: as many as AVX2's 16 registers
     hold beside the two inputs and a weight). Written out apart because the accumulators are
     registers: Numba cannot vary their number; six in overlapping blocks for every layer was
     3-15% slower on 25-75 terms per output (see SIX_CHANNEL_TAPS)."""
-    a0 = a1 = a2 = a3 = a4 = a5 = b0 = b1 = b2 = b3 = b4 = b5 = vzero()
+    a0 = a1 = a2 = a3 = a4 = a5 = b0 = b1 = b2 = b3 = b4 = b5 = zero()
     for c in range(channels):
         for ky in range(kh):
             src = src0 + c * plane_p + ky * width_p
             wk = wk0 + (c * kh + ky) * kw
             for kx in range(kw):
-                v, u = vload(x, src + kx), vload(x, src + width_p + kx)
-                s = vsplat(w, wk + kx)
+                v, u = load(x, src + kx), load(x, src + width_p + kx)
+                s = splat(w, wk + kx)
                 a0, b0 = vfma(s, v, a0), vfma(s, u, b0)
-                s = vsplat(w, wk + taps + kx)
+                s = splat(w, wk + taps + kx)
                 a1, b1 = vfma(s, v, a1), vfma(s, u, b1)
-                s = vsplat(w, wk + 2 * taps + kx)
+                s = splat(w, wk + 2 * taps + kx)
                 a2, b2 = vfma(s, v, a2), vfma(s, u, b2)
-                s = vsplat(w, wk + 3 * taps + kx)
+                s = splat(w, wk + 3 * taps + kx)
                 a3, b3 = vfma(s, v, a3), vfma(s, u, b3)
-                s = vsplat(w, wk + 4 * taps + kx)
+                s = splat(w, wk + 4 * taps + kx)
                 a4, b4 = vfma(s, v, a4), vfma(s, u, b4)
-                s = vsplat(w, wk + 5 * taps + kx)
+                s = splat(w, wk + 5 * taps + kx)
                 a5, b5 = vfma(s, v, a5), vfma(s, u, b5)
     for i, (first, second) in enumerate(((a0, b0), (a1, b1), (a2, b2), (a3, b3), (a4, b4), (a5, b5))):
-        _store(y, d + i * out_plane, first, bias, use_bias, o + i)
-        _store(y, d + i * out_plane + out_w, second, bias, use_bias, o + i)
+        _store(full, y, d + i * out_plane, first, bias, use_bias, o + i)
+        _store(full, y, d + i * out_plane + out_w, second, bias, use_bias, o + i)
 
 
 @njit(cache=True, nogil=True, inline='always')
-def _one_by_one(x, src0, plane_p, width_p, channels, kh, kw, w, wk0, bias, use_bias, y, d, o):
-    """One output channel, one row, eight columns (layers with fewer than 4 outputs or 2 rows)."""
-    acc = vzero()
+def _one_by_one(zero, load, splat, full, x, src0, plane_p, width_p, channels, kh, kw, w, wk0, bias, use_bias,
+                y, d, o):
+    """One output channel, one row, one vector of columns (layers with fewer than 4 outputs
+    or 2 rows)."""
+    acc = zero()
     for c in range(channels):
         for ky in range(kh):
             src = src0 + c * plane_p + ky * width_p
             wk = wk0 + (c * kh + ky) * kw
             for kx in range(kw):
-                acc = vfma(vsplat(w, wk + kx), vload(x, src + kx), acc)
-    _store(y, d, acc, bias, use_bias, o)
+                acc = vfma(splat(w, wk + kx), load(x, src + kx), acc)
+    _store(full, y, d, acc, bias, use_bias, o)
 
 
-def direct_forward(x, num, channels, height_p, width_p, w, outputs, kh, kw, bias, use_bias, y):
+def direct_forward(x, num, channels, height_p, width_p, w, outputs, kh, kw, bias, use_bias, y, wide=WIDE):
     """y (num, outputs, height_p - kh + 1, width_p - kw + 1) = the correlation of the padded
     images x (num, channels, height_p, width_p) with w (outputs, channels, kh, kw), + bias[o]
     with ``use_bias``. Needs width_p - kw + 1 >= 8.
 
     Kernel widths 5 and 3 run a version compiled with the width as a constant, so that the kx
     loop unrolls (one thread: LeNet's conv1 0.59 -> 0.45 ms, CIFAR10-quick's 7.3 -> 5.6 ms);
-    each version compiles on its first call only (a LeNet run compiles one)."""
-    if kw == 5:
+    each version compiles on its first call only (a LeNet run compiles one). With ``wide``
+    (AVX-512) and output rows of 16 or more, vectors of sixteen columns (the same bits; one
+    Sapphire Rapids core, alternated: CIFAR10-quick's conv1 5.3 -> 3.7 ms, LeNet's 0.41 ->
+    0.37 ms)."""
+    if wide and width_p - kw + 1 >= 16:
+        if kw == 5:
+            _forward_width_5_wide(x, num, channels, height_p, width_p, w, outputs, kh, bias, use_bias, y)
+        elif kw == 3:
+            _forward_width_3_wide(x, num, channels, height_p, width_p, w, outputs, kh, bias, use_bias, y)
+        else:
+            _forward_any_width_wide(x, num, channels, height_p, width_p, w, outputs, kh, kw, bias, use_bias, y)
+    elif kw == 5:
         _forward_width_5(x, num, channels, height_p, width_p, w, outputs, kh, bias, use_bias, y)
     elif kw == 3:
         _forward_width_3(x, num, channels, height_p, width_p, w, outputs, kh, bias, use_bias, y)
@@ -132,21 +149,43 @@ def direct_forward(x, num, channels, height_p, width_p, w, outputs, kh, kw, bias
 
 @njit(cache=True, nogil=True)
 def _forward_width_5(x, num, channels, height_p, width_p, w, outputs, kh, bias, use_bias, y):
-    _forward(x, num, channels, height_p, width_p, w, outputs, kh, 5, bias, use_bias, y)
+    _forward(vzero, vload, vsplat, vfull, 8, x, num, channels, height_p, width_p, w, outputs, kh, 5, bias,
+             use_bias, y)
 
 
 @njit(cache=True, nogil=True)
 def _forward_width_3(x, num, channels, height_p, width_p, w, outputs, kh, bias, use_bias, y):
-    _forward(x, num, channels, height_p, width_p, w, outputs, kh, 3, bias, use_bias, y)
+    _forward(vzero, vload, vsplat, vfull, 8, x, num, channels, height_p, width_p, w, outputs, kh, 3, bias,
+             use_bias, y)
 
 
 @njit(cache=True, nogil=True)
 def _forward_any_width(x, num, channels, height_p, width_p, w, outputs, kh, kw, bias, use_bias, y):
-    _forward(x, num, channels, height_p, width_p, w, outputs, kh, kw, bias, use_bias, y)
+    _forward(vzero, vload, vsplat, vfull, 8, x, num, channels, height_p, width_p, w, outputs, kh, kw, bias,
+             use_bias, y)
+
+
+@njit(cache=True, nogil=True)
+def _forward_width_5_wide(x, num, channels, height_p, width_p, w, outputs, kh, bias, use_bias, y):
+    _forward(wzero, wload, wsplat, wfull, 16, x, num, channels, height_p, width_p, w, outputs, kh, 5, bias,
+             use_bias, y)
+
+
+@njit(cache=True, nogil=True)
+def _forward_width_3_wide(x, num, channels, height_p, width_p, w, outputs, kh, bias, use_bias, y):
+    _forward(wzero, wload, wsplat, wfull, 16, x, num, channels, height_p, width_p, w, outputs, kh, 3, bias,
+             use_bias, y)
+
+
+@njit(cache=True, nogil=True)
+def _forward_any_width_wide(x, num, channels, height_p, width_p, w, outputs, kh, kw, bias, use_bias, y):
+    _forward(wzero, wload, wsplat, wfull, 16, x, num, channels, height_p, width_p, w, outputs, kh, kw, bias,
+             use_bias, y)
 
 
 @njit(cache=True, nogil=True, inline='always')
-def _forward(x, num, channels, height_p, width_p, w, outputs, kh, kw, bias, use_bias, y):
+def _forward(zero, load, splat, full, lanes, x, num, channels, height_p, width_p, w, outputs, kh, kw, bias,
+             use_bias, y):
     out_h, out_w = height_p - kh + 1, width_p - kw + 1
     plane_p, out_plane = height_p * width_p, out_h * out_w
     taps = channels * kh * kw
@@ -160,7 +199,7 @@ def _forward(x, num, channels, height_p, width_p, w, outputs, kh, kw, bias, use_
             r = min(row, out_h - rows)
             x0 = 0
             while x0 < out_w:
-                start = min(x0, out_w - 8)
+                start = min(x0, out_w - lanes)
                 src0 = image + r * width_p + start
                 o = 0
                 while o < outputs:
@@ -168,52 +207,86 @@ def _forward(x, num, channels, height_p, width_p, w, outputs, kh, kw, bias, use_
                         oo = min(o, outputs - block)
                         d = out_base + oo * out_plane + r * out_w + start
                         if block == 6:
-                            _six_by_two(x, src0, plane_p, width_p, channels, kh, kw, w, oo * taps, taps, bias,
-                                        use_bias, y, d, out_plane, out_w, oo)
+                            _six_by_two(zero, load, splat, full, x, src0, plane_p, width_p, channels, kh, kw, w,
+                                        oo * taps, taps, bias, use_bias, y, d, out_plane, out_w, oo)
                         else:
-                            _four_by_two(x, src0, plane_p, width_p, channels, kh, kw, w, oo * taps, taps, bias,
-                                         use_bias, y, d, out_plane, out_w, oo)
+                            _four_by_two(zero, load, splat, full, x, src0, plane_p, width_p, channels, kh, kw, w,
+                                         oo * taps, taps, bias, use_bias, y, d, out_plane, out_w, oo)
                         o = oo + block
                     else:
-                        _one_by_one(x, src0, plane_p, width_p, channels, kh, kw, w, o * taps, bias, use_bias,
-                                    y, out_base + o * out_plane + r * out_w + start, o)
+                        _one_by_one(zero, load, splat, full, x, src0, plane_p, width_p, channels, kh, kw, w,
+                                    o * taps, bias, use_bias, y, out_base + o * out_plane + r * out_w + start, o)
                         o += 1
-                x0 = start + 8
+                x0 = start + lanes
             row = r + rows
 
 
 @njit(cache=True, nogil=True, inline='always')
-def _gradient_block(x, dy, acc, ai, step, sa, sb, sc, d0, width_p, out_w, out_h, out_plane, lanes, overlap,
-                    ahead, ahead_end):
-    """acc[ai + i * step + (0 | 8 | 16) ..] += the nine lane sums of 3 output channels x 3 taps
-    over one image (sa/sb/sc: the taps' first inputs, d0: the first dy element). Where out_w is
-    not a multiple of 8 the last block of a row starts at out_w - 8 and its lanes below
-    ``overlap`` (counted in the block before) are masked out of dy. First it prefetches the
-    cache lines of dy[ahead:ahead_end] (a share of the next block's)."""
+def _gradient_block(zero, load, lanes, x, dy, acc, ai, step, sa, sb, sc, d0, width_p, out_w, out_h, out_plane,
+                    lane_index, overlap, ahead, ahead_end):
+    """acc[ai + i * step + (0 | 1 | 2) * lanes ..] += the nine lane sums of 3 output channels x
+    3 taps over one image (sa/sb/sc: the taps' first inputs, d0: the first dy element), vectors
+    of ``lanes`` (8 or 16) columns. Where out_w is not a multiple of ``lanes`` the last block of
+    a row starts at out_w - lanes and its lanes below ``overlap`` (counted in the block before)
+    are masked out of dy. First it prefetches the cache lines of dy[ahead:ahead_end] (a share
+    of the next block's)."""
     for at in range(ahead, ahead_end, 16):
         prefetch(dy, at)
-    a0 = a1 = a2 = b0 = b1 = b2 = c0 = c1 = c2 = vzero()
-    z = vzero()
+    a0 = a1 = a2 = b0 = b1 = b2 = c0 = c1 = c2 = zero()
+    z = zero()
     for yy in range(out_h):
         ra, rb, rc, d = sa + yy * width_p, sb + yy * width_p, sc + yy * width_p, d0 + yy * out_w
         x0 = 0
         while x0 < out_w:
-            start = min(x0, out_w - 8)
-            u, v, w = vload(x, ra + start), vload(x, rb + start), vload(x, rc + start)
-            g0 = vload(dy, d + start)
-            g1 = vload(dy, d + start + out_plane)
-            g2 = vload(dy, d + start + 2 * out_plane)
+            start = min(x0, out_w - lanes)
+            u, v, w = load(x, ra + start), load(x, rb + start), load(x, rc + start)
+            g0 = load(dy, d + start)
+            g1 = load(dy, d + start + out_plane)
+            g2 = load(dy, d + start + 2 * out_plane)
             if start != x0:
-                g0, g1 = vwhere_gt(lanes, overlap, g0, z), vwhere_gt(lanes, overlap, g1, z)
-                g2 = vwhere_gt(lanes, overlap, g2, z)
+                g0, g1 = vwhere_gt(lane_index, overlap, g0, z), vwhere_gt(lane_index, overlap, g1, z)
+                g2 = vwhere_gt(lane_index, overlap, g2, z)
             a0, b0, c0 = vfma(g0, u, a0), vfma(g0, v, b0), vfma(g0, w, c0)
             a1, b1, c1 = vfma(g1, u, a1), vfma(g1, v, b1), vfma(g1, w, c1)
             a2, b2, c2 = vfma(g2, u, a2), vfma(g2, v, b2), vfma(g2, w, c2)
-            x0 = start + 8
+            x0 = start + lanes
     for i, sums in enumerate(((a0, b0, c0), (a1, b1, c1), (a2, b2, c2))):
         for j in range(3):
-            at = ai + i * step + 8 * j
-            vstore(acc, at, vadd(vload(acc, at), sums[j]))
+            at = ai + i * step + lanes * j
+            vstore(acc, at, vadd(load(acc, at), sums[j]))
+
+
+@njit(cache=True, nogil=True, inline='always')
+def _gradient_block_4(zero, load, lanes, x, dy, acc, ai, step, sa, sb, sc, d0, width_p, out_w, out_h, out_plane,
+                      lane_index, overlap, ahead, ahead_end):
+    """:func:`_gradient_block` with 4 output channels (12 sums: the wide path, whose 32
+    registers hold them; AVX2's 16 did not)."""
+    for at in range(ahead, ahead_end, 16):
+        prefetch(dy, at)
+    a0 = a1 = a2 = a3 = b0 = b1 = b2 = b3 = c0 = c1 = c2 = c3 = zero()
+    z = zero()
+    for yy in range(out_h):
+        ra, rb, rc, d = sa + yy * width_p, sb + yy * width_p, sc + yy * width_p, d0 + yy * out_w
+        x0 = 0
+        while x0 < out_w:
+            start = min(x0, out_w - lanes)
+            u, v, w = load(x, ra + start), load(x, rb + start), load(x, rc + start)
+            g0 = load(dy, d + start)
+            g1 = load(dy, d + start + out_plane)
+            g2 = load(dy, d + start + 2 * out_plane)
+            g3 = load(dy, d + start + 3 * out_plane)
+            if start != x0:
+                g0, g1 = vwhere_gt(lane_index, overlap, g0, z), vwhere_gt(lane_index, overlap, g1, z)
+                g2, g3 = vwhere_gt(lane_index, overlap, g2, z), vwhere_gt(lane_index, overlap, g3, z)
+            a0, b0, c0 = vfma(g0, u, a0), vfma(g0, v, b0), vfma(g0, w, c0)
+            a1, b1, c1 = vfma(g1, u, a1), vfma(g1, v, b1), vfma(g1, w, c1)
+            a2, b2, c2 = vfma(g2, u, a2), vfma(g2, v, b2), vfma(g2, w, c2)
+            a3, b3, c3 = vfma(g3, u, a3), vfma(g3, v, b3), vfma(g3, w, c3)
+            x0 = start + lanes
+    for i, sums in enumerate(((a0, b0, c0), (a1, b1, c1), (a2, b2, c2), (a3, b3, c3))):
+        for j in range(3):
+            at = ai + i * step + lanes * j
+            vstore(acc, at, vadd(load(acc, at), sums[j]))
 
 
 @njit(cache=True, nogil=True, inline='always')
@@ -229,13 +302,16 @@ def _add_lane_sums(dy, d, count, sums, at):
 
 
 @njit(cache=True, nogil=True, inline='always')
-def _sum_lanes(v, at):
-    """The eight floats v[at:at + 8] added pairwise."""
-    return ((v[at] + v[at + 1]) + (v[at + 2] + v[at + 3])) + ((v[at + 4] + v[at + 5]) + (v[at + 6] + v[at + 7]))
+def _sum_lanes(v, at, lanes):
+    """The ``lanes`` (8 or 16) floats v[at:at + lanes] added pairwise."""
+    eight = ((v[at] + v[at + 1]) + (v[at + 2] + v[at + 3])) + ((v[at + 4] + v[at + 5]) + (v[at + 6] + v[at + 7]))
+    if lanes == 8:
+        return eight
+    return eight + (((v[at + 8] + v[at + 9]) + (v[at + 10] + v[at + 11]))
+                    + ((v[at + 12] + v[at + 13]) + (v[at + 14] + v[at + 15])))
 
 
-@njit(cache=True, nogil=True)
-def direct_weight_gradient(x, num, channels, height_p, width_p, dy, outputs, kh, kw, dw, db):
+def direct_weight_gradient(x, num, channels, height_p, width_p, dy, outputs, kh, kw, dw, db, wide=WIDE):
     """dw (outputs, channels, kh, kw) = the weight gradient of :func:`direct_forward` for dy
     (num, outputs, out_h, out_w), overwritten; db (outputs), unless empty, = the bias gradient
     (dy summed over images and positions), each block of output channels summed while its dy
@@ -243,43 +319,74 @@ def direct_weight_gradient(x, num, channels, height_p, width_p, dy, outputs, kh,
     outputs >= 3, channels * kh * kw >= 3, out_w >= 8. Taps (c, ky, kx) are grouped by three in
     that order (CIFAR10-quick's 75: 25 groups); the last block of channels and the last group
     of taps are shifted back to end at the edge; their repeated sums are computed and dropped.
-    The result depends on the shapes only."""
+    With ``wide`` (AVX-512), output rows a multiple of 16 and 4 outputs or more, vectors of
+    sixteen columns in blocks of 4 output channels x 3 taps: sixteen lane sums, so other bits
+    than eight (one Sapphire Rapids core, alternated, CIFAR10-quick's conv1: 7.0 -> 5.4 ms;
+    with 3-channel blocks 5.9; LeNet's 24-column rows, a third of the last vector masked, ran
+    as fast as eight lanes and stay there). The result depends on the shapes and ``wide`` only."""
+    if wide and (width_p - kw + 1) % 16 == 0 and outputs >= 4:
+        _weight_gradient_wide(x, num, channels, height_p, width_p, dy, outputs, kh, kw, dw, db)
+    else:
+        _weight_gradient_narrow(x, num, channels, height_p, width_p, dy, outputs, kh, kw, dw, db)
+
+
+@njit(cache=True, nogil=True)
+def _weight_gradient_narrow(x, num, channels, height_p, width_p, dy, outputs, kh, kw, dw, db):
+    _weight_gradient(vzero, vload, vfull, vramp(np.float32(0.0), np.float32(1.0)), 8, 3, x, num, channels, height_p,
+                     width_p, dy, outputs, kh, kw, dw, db)
+
+
+@njit(cache=True, nogil=True)
+def _weight_gradient_wide(x, num, channels, height_p, width_p, dy, outputs, kh, kw, dw, db):
+    _weight_gradient(wzero, wload, wfull, wramp(np.float32(0.0), np.float32(1.0)), 16, 4, x, num, channels, height_p,
+                     width_p, dy, outputs, kh, kw, dw, db)
+
+
+@njit(cache=True, nogil=True, inline='always')
+def _weight_gradient(zero, load, full, lane_index, lanes, outs, x, num, channels, height_p, width_p, dy, outputs, kh, kw,
+                     dw, db):
     out_h, out_w = height_p - kh + 1, width_p - kw + 1
     plane_p, out_plane = height_p * width_p, out_h * out_w
-    lanes = vramp(np.float32(0.0), np.float32(1.0))
-    overlap = vfull(np.float32((8 - out_w % 8) % 8) - np.float32(0.5))
+    overlap = full(np.float32((lanes - out_w % lanes) % lanes) - np.float32(0.5))
     taps = channels * kh * kw
-    groups, blocks = (taps + 2) // 3, (outputs + 2) // 3
-    step = groups * 24  # one output channel's sums: 3 taps x 8 lanes per group
-    acc = np.zeros(blocks * 3 * step, np.float32)
+    groups, blocks = (taps + 2) // 3, (outputs + outs - 1) // outs
+    step = groups * 3 * lanes  # one output channel's sums: 3 taps x lanes per group
+    acc = np.zeros(blocks * outs * step, np.float32)
     bias_sums = np.zeros(outputs * 8, np.float32)
     tap_at = np.empty(taps, np.int64)  # where tap t (in (c, ky, kx) order) of image 0 reads first
     for t in range(taps):
         tap_at[t] = t // (kh * kw) * plane_p + t % (kh * kw) // kw * width_p + t % kw
-    share = -(-3 * out_plane // (16 * groups)) * 16  # of the next block's dy to prefetch per group
+    share = -(-outs * out_plane // (16 * groups)) * 16  # of the next block's dy to prefetch per group
     for n in range(num):
         image = n * channels * plane_p
         for block in range(blocks):
-            o = min(3 * block, outputs - 3)
+            o = min(outs * block, outputs - outs)
             d0 = (n * outputs + o) * out_plane
             if block + 1 < blocks:
-                following = (n * outputs + min(3 * block + 3, outputs - 3)) * out_plane
+                following = (n * outputs + min(outs * block + outs, outputs - outs)) * out_plane
             else:
                 following = (n + 1) * outputs * out_plane  # the next image's first block
-            end = min(following + 3 * out_plane, dy.size)
+            end = min(following + outs * out_plane, dy.size)
             for group in range(groups):
                 first = min(3 * group, taps - 3)  # taps first .. first + 2, in (c, ky, kx) order
                 ahead = min(following + group * share, end)
-                _gradient_block(x, dy, acc, 3 * block * step + group * 24, step, image + tap_at[first],
-                                image + tap_at[first + 1], image + tap_at[first + 2], d0, width_p, out_w, out_h,
-                                out_plane, lanes, overlap, ahead, min(ahead + share, end))
-            for oc in range(3 * block if db.size else o + 3, o + 3):  # the block's channels not counted before
+                sa, sb, sc = image + tap_at[first], image + tap_at[first + 1], image + tap_at[first + 2]
+                if outs == 4:
+                    _gradient_block_4(zero, load, lanes, x, dy, acc, 4 * block * step + group * 3 * lanes, step,
+                                      sa, sb, sc, d0, width_p, out_w, out_h, out_plane, lane_index, overlap, ahead,
+                                      min(ahead + share, end))
+                else:
+                    _gradient_block(zero, load, lanes, x, dy, acc, 3 * block * step + group * 3 * lanes, step,
+                                    sa, sb, sc, d0, width_p, out_w, out_h, out_plane, lane_index, overlap, ahead,
+                                    min(ahead + share, end))
+            for oc in range(outs * block if db.size else o + outs, o + outs):  # the block's channels not counted before
                 _add_lane_sums(dy, (n * outputs + oc) * out_plane, out_plane, bias_sums, oc * 8)
     for oc in range(db.size):
-        db[oc] = _sum_lanes(bias_sums, oc * 8)
+        db[oc] = _sum_lanes(bias_sums, oc * 8, 8)
     for o in range(outputs):
-        block = min(o // 3, blocks - 1)
+        block = min(o // outs, blocks - 1)
         for t in range(taps):
             group = min(t // 3, groups - 1)
-            at = (3 * block + o - min(3 * block, outputs - 3)) * step + group * 24 + (t - min(3 * group, taps - 3)) * 8
-            dw[o * taps + t] = _sum_lanes(acc, at)
+            at = ((outs * block + o - min(outs * block, outputs - outs)) * step + group * 3 * lanes
+                  + (t - min(3 * group, taps - 3)) * lanes)
+            dw[o * taps + t] = _sum_lanes(acc, at, lanes)

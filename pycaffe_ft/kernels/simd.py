@@ -1,7 +1,9 @@
 """Eight-float vectors in Numba kernels: LLVM's ``<8 x float>`` as a Numba type, with load
 (also of the even elements of 16, in swizzled lane order), store, splat, ramp, zero, fused
 multiply-add, lane-wise arithmetic, compare-and-select and an 8 x 8 transpose; and cache
-prefetch hints (to read, to write).
+prefetch hints (to read, to write). Sixteen-float vectors (``wload``, ``wstore``, ``wsplat``,
+``wfull``, ``wramp``, ``wzero``: one zmm register; ``vfma``, ``vstore``, ``vwhere_gt`` and
+the lane-wise arithmetic take either width) for kernels that have a wide variant, used where :data:`WIDE` says the CPU has AVX-512.
 
 Numba's loop vectorizer leaves register-blocked loops (a block of outputs kept in registers
 over a long reduction) scalar; these intrinsics write such loops with vectors directly. On a
@@ -10,16 +12,33 @@ the CPU has (same results: ``vfma`` is a fused multiply-add everywhere). Indices
 elements of the flat float32 array and are not bounds-checked: the caller keeps
 ``index + 8 <= size``.
 """
+from llvmlite import binding as llvm
 from llvmlite import ir
 from numba import types
+from numba.core import config
 from numba.core import cgutils
 from numba.extending import intrinsic, models, register_model
 
 __all__ = ['vload', 'vload_even_swizzled', 'vunswizzle', 'vstore', 'vsplat', 'vfull', 'vramp', 'vzero', 'vfma', 'vadd', 'vsub',
-           'vmul', 'vdiv', 'vwhere_gt', 'vtranspose', 'prefetch', 'prefetch_to_write', 'WIDTH']
+           'vmul', 'vdiv', 'vwhere_gt', 'vtranspose', 'prefetch', 'prefetch_to_write', 'WIDTH',
+           'wload', 'wstore', 'wsplat', 'wfull', 'wramp', 'wzero', 'wfma', 'WIDE']
 
 WIDTH = 8
 _VECTOR = ir.VectorType(ir.FloatType(), WIDTH)
+_WIDE_VECTOR = ir.VectorType(ir.FloatType(), 2 * WIDTH)
+
+
+def _host_has_avx512():
+    """Whether Numba compiles for this CPU (no NUMBA_CPU_NAME override) and it has AVX-512F."""
+    if config.CPU_NAME not in (None, 'host'):
+        return False
+    features = llvm.get_host_cpu_features()
+    return bool(features.get('avx512f', False))
+
+
+WIDE = _host_has_avx512()
+"""Whether kernels with a sixteen-lane variant take it: on a CPU without AVX-512 LLVM would
+split each sixteen-lane vector into two and the wide register blocks would spill."""
 
 
 class Float32x8(types.Type):
@@ -36,6 +55,22 @@ float32x8 = Float32x8()
 class _Float32x8Model(models.PrimitiveModel):
     def __init__(self, dmm, fe_type):
         super().__init__(dmm, fe_type, _VECTOR)
+
+
+class Float32x16(types.Type):
+    """Sixteen float32 lanes held in one (zmm) register: only where :data:`WIDE`."""
+
+    def __init__(self):
+        super().__init__(name='float32x16')
+
+
+float32x16 = Float32x16()
+
+
+@register_model(Float32x16)
+class _Float32x16Model(models.PrimitiveModel):
+    def __init__(self, dmm, fe_type):
+        super().__init__(dmm, fe_type, _WIDE_VECTOR)
 
 
 def _element_pointer(context, builder, array_type, array, index):
@@ -77,10 +112,10 @@ def vunswizzle(typingctx, vector):
 
 @intrinsic
 def vstore(typingctx, array, index, vector):
-    """array[index:index + 8] = vector."""
+    """array[index:index + 8] = vector (index + 16 for a wide one)."""
     def codegen(context, builder, sig, args):
         pointer = _element_pointer(context, builder, sig.args[0], args[0], args[1])
-        builder.store(args[2], builder.bitcast(pointer, _VECTOR.as_pointer()), align=4)
+        builder.store(args[2], builder.bitcast(pointer, args[2].type.as_pointer()), align=4)
         return context.get_dummy_value()
     return types.void(array, index, vector), codegen
 
@@ -93,10 +128,10 @@ def vsplat(typingctx, array, index):
     return float32x8(array, index), codegen
 
 
-def _splat(builder, value):
-    lane0 = builder.insert_element(ir.Constant(_VECTOR, ir.Undefined), value, ir.Constant(ir.IntType(32), 0))
-    zeros = ir.Constant(ir.VectorType(ir.IntType(32), WIDTH), [0] * WIDTH)
-    return builder.shuffle_vector(lane0, ir.Constant(_VECTOR, ir.Undefined), zeros)
+def _splat(builder, value, vector=_VECTOR):
+    lane0 = builder.insert_element(ir.Constant(vector, ir.Undefined), value, ir.Constant(ir.IntType(32), 0))
+    zeros = ir.Constant(ir.VectorType(ir.IntType(32), vector.count), [0] * vector.count)
+    return builder.shuffle_vector(lane0, ir.Constant(vector, ir.Undefined), zeros)
 
 
 @intrinsic
@@ -121,7 +156,7 @@ def vwhere_gt(typingctx, x, y, a, b):
     """Per lane: a where x > y (ordered: never for a NaN), else b."""
     def codegen(context, builder, sig, args):
         return builder.select(builder.fcmp_ordered('>', args[0], args[1]), args[2], args[3])
-    return float32x8(x, y, a, b), codegen
+    return a(x, y, a, b), codegen
 
 
 @intrinsic
@@ -134,21 +169,70 @@ def vzero(typingctx):
 
 @intrinsic
 def vfma(typingctx, a, b, c):
-    """a * b + c per lane, rounded once."""
+    """a * b + c per lane, rounded once (eight lanes or, for wide vectors, sixteen)."""
     def codegen(context, builder, sig, args):
-        fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_VECTOR, [_VECTOR] * 3),
-                                             'llvm.fma.v8f32')
+        vector = args[0].type
+        fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vector, [vector] * 3),
+                                             f'llvm.fma.v{vector.count}f32')
         return builder.call(fma, args)
-    return float32x8(a, b, c), codegen
+    return a(a, b, c), codegen
+
+
+wfma = vfma
+wstore = vstore
+
+
+@intrinsic
+def wload(typingctx, array, index):
+    """array[index:index + 16] as a wide vector."""
+    def codegen(context, builder, sig, args):
+        pointer = _element_pointer(context, builder, sig.args[0], args[0], args[1])
+        return builder.load(builder.bitcast(pointer, _WIDE_VECTOR.as_pointer()), align=4)
+    return float32x16(array, index), codegen
+
+
+@intrinsic
+def wsplat(typingctx, array, index):
+    """array[index] in all sixteen lanes."""
+    def codegen(context, builder, sig, args):
+        value = builder.load(_element_pointer(context, builder, sig.args[0], args[0], args[1]))
+        return _splat(builder, value, _WIDE_VECTOR)
+    return float32x16(array, index), codegen
+
+
+@intrinsic
+def wfull(typingctx, value):
+    """The float32 ``value`` in all sixteen lanes."""
+    def codegen(context, builder, sig, args):
+        return _splat(builder, args[0], _WIDE_VECTOR)
+    return float32x16(types.float32), codegen
+
+
+@intrinsic
+def wramp(typingctx, start, step):
+    """start + lane * step for lanes 0 .. 15 (float32 arithmetic)."""
+    def codegen(context, builder, sig, args):
+        lanes = ir.Constant(_WIDE_VECTOR, [float(i) for i in range(2 * WIDTH)])
+        return builder.fadd(_splat(builder, args[0], _WIDE_VECTOR),
+                            builder.fmul(lanes, _splat(builder, args[1], _WIDE_VECTOR)))
+    return float32x16(types.float32, types.float32), codegen
+
+
+@intrinsic
+def wzero(typingctx):
+    """Sixteen zeros."""
+    def codegen(context, builder, sig, args):
+        return ir.Constant(_WIDE_VECTOR, [0.0] * (2 * WIDTH))
+    return float32x16(), codegen
 
 
 def _lanewise(instruction, name, doc):
     """An intrinsic applying the IR builder's float ``instruction`` lane by lane (each result
-    rounded on its own: no fusing with a later add)."""
+    rounded on its own: no fusing with a later add), on eight or sixteen lanes."""
     def typer(typingctx, a, b):
         def codegen(context, builder, sig, args):
             return getattr(builder, instruction)(args[0], args[1])
-        return float32x8(a, b), codegen
+        return a(a, b), codegen
     typer.__name__, typer.__qualname__, typer.__doc__ = name, name, doc
     return intrinsic(typer)
 

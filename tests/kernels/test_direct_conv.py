@@ -11,7 +11,7 @@ from pycaffe_ft.kernels.im2col import pad_planes
 CASES = [  # (num, channels, height, width, outputs, k, pad)
     (2, 1, 28, 28, 20, 5, 0), (3, 3, 13, 13, 7, 5, 2), (2, 2, 10, 10, 6, 3, 1), (1, 3, 8, 8, 5, 1, 0),
     (2, 20, 12, 12, 50, 5, 0), (2, 20, 9, 14, 9, 3, 0), (2, 4, 5, 12, 4, 2, 0), (1, 2, 8, 8, 3, 3, 1),
-    (2, 30, 7, 11, 13, 5, 2), (1, 2, 1, 9, 5, 1, 0)]
+    (2, 30, 7, 11, 13, 5, 2), (1, 2, 1, 9, 5, 1, 0), (2, 3, 9, 35, 8, 5, 2), (1, 2, 6, 18, 6, 2, 0)]
 
 
 def _case(num, channels, height, width, outputs, k, pad):
@@ -38,10 +38,14 @@ def test_forward_matches_a_float64_correlation(case):
     windows = _windows(xp, (num, channels, hp, wp), k, out_hw)
     expected = sum(np.einsum('ncyx,oc->noyx', windows[a, b], w[:, :, a, b].astype(np.float64)) for a, b in windows)
     for use_bias in (False, True):
-        y = np.full((num, outputs) + out_hw, np.nan, np.float32)
-        direct_forward(xp, num, channels, hp, wp, w.reshape(-1), outputs, k, k, bias, use_bias, y.reshape(-1))
+        y = {}
+        for wide in (False, True):  # eight or (rows of 16 or more) sixteen columns a vector
+            y[wide] = np.full((num, outputs) + out_hw, np.nan, np.float32)
+            direct_forward(xp, num, channels, hp, wp, w.reshape(-1), outputs, k, k, bias, use_bias,
+                           y[wide].reshape(-1), wide=wide)
         want = expected + (bias.reshape(-1, 1, 1) if use_bias else 0)
-        assert np.abs(y - want).max() <= 1e-6 * np.abs(want).max()
+        assert np.abs(y[False] - want).max() <= 1e-6 * np.abs(want).max()
+        assert y[True].tobytes() == y[False].tobytes()  # the same chain per output either way
 
 
 @pytest.mark.parametrize('case', [c for c in CASES if c[4] >= 3 and c[1] * c[5] * c[5] >= 3])
@@ -52,14 +56,16 @@ def test_weight_gradient_matches_a_float64_correlation(case):
     windows = _windows(xp, (num, channels, hp, wp), k, out_hw)
     expected = np.stack([np.einsum('noyx,ncyx->oc', dy.astype(np.float64), windows[a, b]) for a, b in windows],
                         -1).reshape(w.shape)
-    dw, db = np.full(w.size, np.nan, np.float32), np.full(outputs, np.nan, np.float32)
-    direct_weight_gradient(xp, num, channels, hp, wp, dy.reshape(-1), outputs, k, k, dw, db)
-    assert np.abs(dw.reshape(w.shape) - expected).max() <= 1e-6 * np.abs(expected).max()
     bias = dy.astype(np.float64).sum(axis=(0, 2, 3))
-    assert np.abs(db - bias).max() <= 1e-6 * np.abs(bias).max()
-    again = np.full(w.size, np.nan, np.float32)
-    direct_weight_gradient(xp, num, channels, hp, wp, dy.reshape(-1), outputs, k, k, again, np.empty(0, np.float32))
-    assert again.tobytes() == dw.tobytes()
+    for wide in (False, True):  # eight or (rows of 16 or more) sixteen lane sums
+        dw, db = np.full(w.size, np.nan, np.float32), np.full(outputs, np.nan, np.float32)
+        direct_weight_gradient(xp, num, channels, hp, wp, dy.reshape(-1), outputs, k, k, dw, db, wide=wide)
+        assert np.abs(dw.reshape(w.shape) - expected).max() <= 1e-6 * np.abs(expected).max()
+        assert np.abs(db - bias).max() <= 1e-6 * np.abs(bias).max()
+        again = np.full(w.size, np.nan, np.float32)
+        direct_weight_gradient(xp, num, channels, hp, wp, dy.reshape(-1), outputs, k, k, again,
+                               np.empty(0, np.float32), wide=wide)
+        assert again.tobytes() == dw.tobytes()
 
 
 @pytest.mark.parametrize('channels', [3, 30])
