@@ -386,57 +386,84 @@ def weight_tiles(w, g_matrix, groups, flip, out):
     weights w (K, C/groups, r, r) and G = ``g_matrix`` (alpha, r), o within its group; with
     ``flip``, of the rotated weights into out[.., group, o, c] (the bottom diff's
     convolution). out is (alpha*alpha, groups, C/groups, K/groups), or (.., K/groups,
-    C/groups) with ``flip``; all C-contiguous (read flat)."""
+    C/groups) with ``flip``; all C-contiguous (read flat). Every (o, c) pair is its own chain
+    of float64 multiply-adds in (a, then b) order; the loops run over the pairs innermost,
+    so they vectorize (CIFAR10-quick's 64 x 32 x 5 x 5: 0.47 ms one pair at a time)."""
     k, c_in, r = w.shape[0], w.shape[1], w.shape[2]
     alpha = g_matrix.shape[0]
-    per_group = k // groups
-    flat_w, flat_g, flat_out = w.reshape(-1), g_matrix.reshape(-1), out.reshape(-1)
-    taps = np.empty(r * r)
-    half = np.empty(alpha * r)
+    pairs, per_group = k * c_in, k // groups
     position = groups * c_in * per_group  # out's stride between transformed positions
-    for gi in range(groups):
-        for o in range(per_group):
-            for c in range(c_in):
-                base = ((gi * per_group + o) * c_in + c) * r * r
-                for j in range(r * r):
-                    taps[j] = flat_w[_at(base + (r * r - 1 - j if flip else j))]
-                for p in range(alpha):  # half = G w
-                    for b in range(r):
-                        total = 0.0
-                        for a in range(r):
-                            total += flat_g[p * r + a] * taps[a * r + b]
-                        half[p * r + b] = total
-                inner = (gi * per_group + o) * c_in + c if flip else (gi * c_in + c) * per_group + o
-                for p in range(alpha):  # (G w) G^T
-                    for q in range(alpha):
-                        total = 0.0
-                        for b in range(r):
-                            total += half[p * r + b] * flat_g[q * r + b]
-                        flat_out[_at((p * alpha + q) * position + inner)] = total
+    flat_w, flat_g, flat_out = w.reshape(-1), g_matrix.reshape(-1), out.reshape(-1)
+    block = min(pairs, _PAIRS)
+    taps = np.empty((r * r, block))  # taps[j, pair - first]
+    half = np.empty((alpha * r, block))  # G w
+    total = np.empty(block)  # one position of (G w) G^T
+    dest = np.empty(block, np.int64)
+    for first in range(0, pairs, block):
+        n = min(block, pairs - first)
+        for i in range(n):  # where pair (gi * per_group + o) * c_in + c goes in a position
+            pair = first + i
+            o_all, c = pair // c_in, pair % c_in
+            gi = o_all // per_group
+            dest[i] = pair if flip else (gi * c_in + c) * per_group + o_all - gi * per_group
+        for j in range(r * r):
+            tap = r * r - 1 - j if flip else j
+            for i in range(n):
+                taps[j, i] = flat_w[_at((first + i) * r * r + tap)]
+        for p in range(alpha):
+            for b in range(r):
+                half[p * r + b, :n] = 0.0
+                _add_scaled_rows(half[p * r + b, :n], flat_g, p * r, 1, taps, b, r, r)
+        for p in range(alpha):
+            for q in range(alpha):
+                total[:n] = 0.0
+                _add_scaled_rows(total[:n], flat_g, q * r, 1, half, p * r, 1, r)
+                base = (p * alpha + q) * position
+                for i in range(n):
+                    flat_out[_at(base + dest[i])] = total[i]
+
+
+_PAIRS = 256
+"""Weight pairs a step in :func:`weight_tiles`: its float64 scratch stays small (~100 KB),
+where whole-layer arrays were fresh pages on every call (0.3-0.7 ms for 64 x 32 pairs)."""
+
+
+@njit(cache=True, nogil=True, inline='always')
+def _add_scaled_rows(acc, coefficients, c0, c_step, rows, r0, r_step, count):
+    """acc[i] += coefficients[c0 + t*c_step] * rows[r0 + t*r_step, i] for t = 0 .. count-1 in
+    that order (one float64 chain per i, from its value on entry; contiguous rows, so the loop
+    over i vectorizes)."""
+    for t in range(count):
+        g = coefficients[c0 + t * c_step]
+        row = rows[r0 + t * r_step]
+        for i in range(acc.size):
+            acc[i] += g * row[i]
 
 
 @njit(cache=True, nogil=True)
 def weight_gradient_from_tiles(m, a_t, out):
     """out[o, c] = A^T m[:, :, o, c] A in float64, rounded once: the weight gradient (K, C, r, r)
     from the summed products m (alpha, alpha, K, C), A^T = ``a_t`` (r, alpha); all
-    C-contiguous (read flat)."""
+    C-contiguous (read flat). Each (o, c) pair is one chain per output in (p, then q) order,
+    the pairs innermost (vectorized, as :func:`weight_tiles`)."""
     alpha, r = m.shape[0], a_t.shape[0]
     pairs = m.shape[2] * m.shape[3]
     flat_m, flat_a, flat_out = m.reshape(-1), a_t.reshape(-1), out.reshape(-1)
-    taps = np.empty(alpha * alpha)
-    half = np.empty(r * alpha)
-    for i in range(pairs):
-        for j in range(alpha * alpha):
-            taps[j] = flat_m[_at(j * pairs + i)]
-        for u in range(r):  # half = A^T m
-            for q in range(alpha):
-                total = 0.0
-                for p in range(alpha):
-                    total += flat_a[u * alpha + p] * taps[p * alpha + q]
-                half[u * alpha + q] = total
-        for u in range(r):  # (A^T m) A
-            for v in range(r):
-                total = 0.0
-                for q in range(alpha):
-                    total += half[u * alpha + q] * flat_a[v * alpha + q]
-                flat_out[_at((i * r + u) * r + v)] = total
+    rows = flat_m.reshape(alpha * alpha, pairs)
+    half = np.empty((r * alpha, pairs))  # A^T m, promoted to float64
+    for u in range(r):
+        for q in range(alpha):
+            acc = half[u * alpha + q]
+            acc[:] = 0.0
+            for p in range(alpha):
+                a = flat_a[u * alpha + p]
+                row = rows[p * alpha + q]
+                for i in range(pairs):
+                    acc[i] += a * np.float64(row[i])
+    total = np.empty(pairs)
+    for u in range(r):  # (A^T m) A
+        for v in range(r):
+            total[:] = 0.0
+            _add_scaled_rows(total, flat_a, v * alpha, 1, half, u * alpha, 1, alpha)
+            for i in range(pairs):
+                flat_out[_at((i * r + u) * r + v)] = total[i]
