@@ -223,6 +223,7 @@ class Net:
             selection_below = selection_below or layer.selects_by_value
         self._analyse_backward(split_param, blob_need_backward)
         self._blob_need_backward = blob_need_backward
+        self._relu_fuses_into = [self._fuses_next_relu(i) for i in range(len(self.layers))]
         self.output_ids = [name_to_id[n] for n in sorted(available)]
         self._build_flat_params()
         self.blob_loss_weights = collections.OrderedDict((n, 0.0) for n in self._blob_names)
@@ -410,19 +411,45 @@ class Net:
         except ValueError:
             raise NetError('net "%s" has no layer "%s"' % (self.name, name)) from None
 
+    def _fuses_next_relu(self, i):
+        """Whether layer i can apply the ReLU layer after it (see Layer.fuses_relu): that
+        ReLU (negative slope 0) runs in place on layer i's only top, and neither has a loss
+        weight (the loss would read the top between the two)."""
+        if i + 1 >= len(self.layers) or not self.layers[i].fuses_relu:
+            return False
+        relu, tops = self.layers[i + 1], self.top_ids[i]
+        return (relu.layer_param.type == 'ReLU' and relu.layer_param.relu_param.negative_slope == 0
+                and len(tops) == 1 and self.bottom_ids[i + 1] == tops and self.top_ids[i + 1] == tops
+                and not any(self.layers[i].loss_weights) and not any(relu.loss_weights))
+
     def forward_from_to(self, start=0, end=None):
-        """Run layers ``start..end`` (inclusive); returns the summed weighted loss."""
+        """Run layers ``start..end`` (inclusive); returns the summed weighted loss.
+
+        A layer followed in place by a ReLU it can apply (see :meth:`_fuses_next_relu`) writes
+        its top through that ReLU when the ReLU runs in this pass too and nothing looks at
+        the top in between (no debug_info, no forward hooks); the ReLU's own pass, which
+        would change nothing more, is skipped. A pass that ends at the layer leaves its
+        output as it is."""
         end = len(self.layers) - 1 if end is None else end
         loss = 0.0
         hooks = self._hooks
+        fusing = not (self.debug_info or hooks['before_forward'] or hooks['after_forward'])
+        skip = -1
         for i in range(start, end + 1):
+            if i == skip:
+                continue
             for fn in hooks['before_forward']:
                 fn(i)
             layer = self.layers[i]
+            layer.relu_on_top = fusing and i < end and self._relu_fuses_into[i]
+            if layer.relu_on_top:
+                skip = i + 1
             try:
                 loss += layer.run_forward(self.bottom_vecs[i], self.top_vecs[i])
             except NetError as e:
                 raise type(e)('%s: %s%s' % (self._where(i), self._named(e, i), self._describe_bottoms(i))) from None
+            finally:
+                layer.relu_on_top = False
             if self.debug_info:
                 self._forward_debug_info(i)
             for fn in hooks['after_forward']:

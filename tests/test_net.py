@@ -330,3 +330,59 @@ def test_weights_with_negative_dimensions_are_refused(tmp_path):
     (tmp_path / 'w.caffemodel').write_bytes(model.SerializeToString())
     with pytest.raises(caffe.CaffeError, match=r'w\.caffemodel.*negative dimension'):
         caffe.Net(path, str(tmp_path / 'w.caffemodel'), caffe.TEST)
+
+
+FUSED_RELUS = '''
+name: "fused"
+layer { name: "data" type: "Input" top: "data" input_param { shape { dim: 3 dim: 3 dim: 40 dim: 40 } } }
+layer { name: "direct" type: "Convolution" bottom: "data" top: "direct"
+        convolution_param { num_output: 8 kernel_size: 5 pad: 2 weight_filler { type: "gaussian" std: 0.3 }
+                            bias_filler { type: "gaussian" std: 0.3 } } }
+layer { name: "relu_direct" type: "ReLU" bottom: "direct" top: "direct" }
+layer { name: "maxpool" type: "Pooling" bottom: "direct" top: "maxpool"
+        pooling_param { pool: MAX kernel_size: 3 stride: 2 } }
+layer { name: "relu_max" type: "ReLU" bottom: "maxpool" top: "maxpool" }
+layer { name: "im2col" type: "Convolution" bottom: "maxpool" top: "im2col"
+        convolution_param { num_output: 16 kernel_size: 3 stride: 2 pad: 1 weight_filler { type: "gaussian" std: 0.3 }
+                            bias_filler { type: "gaussian" std: 0.3 } } }
+layer { name: "relu_im2col" type: "ReLU" bottom: "im2col" top: "im2col" }
+layer { name: "winograd" type: "Convolution" bottom: "im2col" top: "winograd"
+        convolution_param { num_output: 16 kernel_size: 3 pad: 1 weight_filler { type: "gaussian" std: 0.3 } } }
+layer { name: "relu_winograd" type: "ReLU" bottom: "winograd" top: "winograd" }
+layer { name: "avepool" type: "Pooling" bottom: "winograd" top: "avepool"
+        pooling_param { pool: AVE kernel_size: 2 stride: 2 } }
+layer { name: "relu_ave" type: "ReLU" bottom: "avepool" top: "avepool" }
+layer { name: "leaky" type: "Convolution" bottom: "avepool" top: "leaky"
+        convolution_param { num_output: 8 kernel_size: 1 weight_filler { type: "gaussian" std: 0.3 } } }
+layer { name: "relu_leaky" type: "ReLU" bottom: "leaky" top: "leaky" relu_param { negative_slope: 0.1 } }
+'''
+
+
+def test_a_relu_in_place_is_applied_by_the_layer_before_it_with_the_same_bits(monkeypatch):
+    """Convolution (direct, im2col, Winograd) and MAX/AVE pooling write their top through the
+    in-place ReLU after them in a whole pass: every blob as layer-by-layer runs give it (a
+    forward hook turns the fusing off), the ReLU layers' own forward not called; a leaky ReLU
+    is not fused; a pass that ends at the convolution keeps its output."""
+    from pycaffe_ft.layers.neuron import ReLULayer
+    net = Net(FUSED_RELUS, caffe.TEST)
+    net.blobs['data'].data[...] = np.random.default_rng(3).standard_normal(net.blobs['data'].shape)
+    assert [net.layer_dict[n].algorithms()[0] for n in ('direct', 'im2col', 'winograd')] == \
+        ['direct', 'im2col', 'Winograd F(2x2, 3x3)']
+    reference = Net(FUSED_RELUS, caffe.TEST)
+    for name, layer in net.layer_dict.items():
+        for mine, theirs in zip(layer.blobs, reference.layer_dict[name].blobs):
+            theirs.data[...] = mine.data
+    reference.blobs['data'].data[...] = net.blobs['data'].data
+    reference.after_forward(lambda i: None)  # something looks between layers
+    reference.forward()
+    calls = []
+    original = ReLULayer.forward
+    monkeypatch.setattr(ReLULayer, 'forward', lambda self, bottom, top: (calls.append(self.name),
+                                                                        original(self, bottom, top)))
+    net.forward()
+    assert calls == ['relu_leaky']
+    for name in net.blobs:
+        assert net.blobs[name].data.tobytes() == reference.blobs[name].data.tobytes(), name
+    assert (net.blobs['direct'].data == 0).any()
+    net.forward(end='direct')
+    assert (net.blobs['direct'].data < 0).any()

@@ -30,8 +30,8 @@ Images are the zero-padded planes (n, C, H + 2 ph, W + 2 pw) made by
 import numpy as np
 from numba import njit
 
-from .simd import WIDE, prefetch, vadd, vfma, vfull, vload, vramp, vsplat, vstore, vwhere_gt, vzero, wfull, wload, \
-    wramp, wsplat, wzero
+from .simd import WIDE, prefetch, vadd, vfma, vfull, vload, vramp, vrelu, vsplat, vstore, vwhere_gt, vzero, wfull, \
+    wload, wramp, wsplat, wzero
 
 __all__ = ['direct_forward', 'direct_weight_gradient', 'SIX_CHANNEL_TAPS']
 
@@ -42,9 +42,11 @@ terms, and CIFAR10-quick's, 75, ran 3-15% slower with six)."""
 
 
 @njit(cache=True, nogil=True, inline='always')
-def _store(full, y, d, acc, bias, use_bias, o):
-    """y[d:d + lanes] = acc (+ bias[o]: the sum first, then the bias, as Caffe adds it)."""
-    vstore(y, d, vadd(acc, full(bias[o])) if use_bias else acc)
+def _store(full, y, d, acc, bias, use_bias, o, relu):
+    """y[d:d + lanes] = acc (+ bias[o]: the sum first, then the bias, as Caffe adds it; then,
+    with ``relu``, the ReLU that follows in place, as its own pass would apply it)."""
+    out = vadd(acc, full(bias[o])) if use_bias else acc
+    vstore(y, d, vrelu(out) if relu else out)
 
 
 # The block functions take the vector operations (zero, load, splat, full) as arguments: eight
@@ -52,7 +54,7 @@ def _store(full, y, d, acc, bias, use_bias, o):
 
 @njit(cache=True, nogil=True, inline='always')
 def _four_by_two(zero, load, splat, full, x, src0, plane_p, width_p, channels, kh, kw, w, wk0, taps, bias,
-                 use_bias, y, d, out_plane, out_w, o):
+                 use_bias, y, d, out_plane, out_w, o, relu):
     """Outputs (o .. o+3) x (two rows) x (one vector of columns); src0/wk0/d: their first
     input, weight and output."""
     a0 = a1 = a2 = a3 = b0 = b1 = b2 = b3 = zero()
@@ -71,13 +73,13 @@ def _four_by_two(zero, load, splat, full, x, src0, plane_p, width_p, channels, k
                 s = splat(w, wk + 3 * taps + kx)
                 a3, b3 = vfma(s, v, a3), vfma(s, u, b3)
     for i, (first, second) in enumerate(((a0, b0), (a1, b1), (a2, b2), (a3, b3))):
-        _store(full, y, d + i * out_plane, first, bias, use_bias, o + i)
-        _store(full, y, d + i * out_plane + out_w, second, bias, use_bias, o + i)
+        _store(full, y, d + i * out_plane, first, bias, use_bias, o + i, relu)
+        _store(full, y, d + i * out_plane + out_w, second, bias, use_bias, o + i, relu)
 
 
 @njit(cache=True, nogil=True, inline='always')
 def _six_by_two(zero, load, splat, full, x, src0, plane_p, width_p, channels, kh, kw, w, wk0, taps, bias,
-                use_bias, y, d, out_plane, out_w, o):
+                use_bias, y, d, out_plane, out_w, o, relu):
     """:func:`_four_by_two` with six output channels (12 chains: as many as AVX2's 16 registers
     hold beside the two inputs and a weight). Written out apart because the accumulators are
     registers: Numba cannot vary their number; six in overlapping blocks for every layer was
@@ -102,13 +104,13 @@ def _six_by_two(zero, load, splat, full, x, src0, plane_p, width_p, channels, kh
                 s = splat(w, wk + 5 * taps + kx)
                 a5, b5 = vfma(s, v, a5), vfma(s, u, b5)
     for i, (first, second) in enumerate(((a0, b0), (a1, b1), (a2, b2), (a3, b3), (a4, b4), (a5, b5))):
-        _store(full, y, d + i * out_plane, first, bias, use_bias, o + i)
-        _store(full, y, d + i * out_plane + out_w, second, bias, use_bias, o + i)
+        _store(full, y, d + i * out_plane, first, bias, use_bias, o + i, relu)
+        _store(full, y, d + i * out_plane + out_w, second, bias, use_bias, o + i, relu)
 
 
 @njit(cache=True, nogil=True, inline='always')
 def _one_by_one(zero, load, splat, full, x, src0, plane_p, width_p, channels, kh, kw, w, wk0, bias, use_bias,
-                y, d, o):
+                y, d, o, relu):
     """One output channel, one row, one vector of columns (layers with fewer than 4 outputs
     or 2 rows)."""
     acc = zero()
@@ -118,13 +120,15 @@ def _one_by_one(zero, load, splat, full, x, src0, plane_p, width_p, channels, kh
             wk = wk0 + (c * kh + ky) * kw
             for kx in range(kw):
                 acc = vfma(splat(w, wk + kx), load(x, src + kx), acc)
-    _store(full, y, d, acc, bias, use_bias, o)
+    _store(full, y, d, acc, bias, use_bias, o, relu)
 
 
-def direct_forward(x, num, channels, height_p, width_p, w, outputs, kh, kw, bias, use_bias, y, wide=WIDE):
+def direct_forward(x, num, channels, height_p, width_p, w, outputs, kh, kw, bias, use_bias, y, wide=WIDE,
+                   relu=False):
     """y (num, outputs, height_p - kh + 1, width_p - kw + 1) = the correlation of the padded
     images x (num, channels, height_p, width_p) with w (outputs, channels, kh, kw), + bias[o]
-    with ``use_bias``. Needs width_p - kw + 1 >= 8.
+    with ``use_bias``, through a ReLU (negative slope 0) with ``relu``. Needs
+    width_p - kw + 1 >= 8.
 
     Kernel widths 5 and 3 run a version compiled with the width as a constant, so that the kx
     loop unrolls (one thread: LeNet's conv1 0.59 -> 0.45 ms, CIFAR10-quick's 7.3 -> 5.6 ms);
@@ -134,58 +138,58 @@ def direct_forward(x, num, channels, height_p, width_p, w, outputs, kh, kw, bias
     0.37 ms)."""
     if wide and width_p - kw + 1 >= 16:
         if kw == 5:
-            _forward_width_5_wide(x, num, channels, height_p, width_p, w, outputs, kh, bias, use_bias, y)
+            _forward_width_5_wide(x, num, channels, height_p, width_p, w, outputs, kh, bias, use_bias, y, relu)
         elif kw == 3:
-            _forward_width_3_wide(x, num, channels, height_p, width_p, w, outputs, kh, bias, use_bias, y)
+            _forward_width_3_wide(x, num, channels, height_p, width_p, w, outputs, kh, bias, use_bias, y, relu)
         else:
-            _forward_any_width_wide(x, num, channels, height_p, width_p, w, outputs, kh, kw, bias, use_bias, y)
+            _forward_any_width_wide(x, num, channels, height_p, width_p, w, outputs, kh, kw, bias, use_bias, y, relu)
     elif kw == 5:
-        _forward_width_5(x, num, channels, height_p, width_p, w, outputs, kh, bias, use_bias, y)
+        _forward_width_5(x, num, channels, height_p, width_p, w, outputs, kh, bias, use_bias, y, relu)
     elif kw == 3:
-        _forward_width_3(x, num, channels, height_p, width_p, w, outputs, kh, bias, use_bias, y)
+        _forward_width_3(x, num, channels, height_p, width_p, w, outputs, kh, bias, use_bias, y, relu)
     else:
-        _forward_any_width(x, num, channels, height_p, width_p, w, outputs, kh, kw, bias, use_bias, y)
+        _forward_any_width(x, num, channels, height_p, width_p, w, outputs, kh, kw, bias, use_bias, y, relu)
 
 
 @njit(cache=True, nogil=True)
-def _forward_width_5(x, num, channels, height_p, width_p, w, outputs, kh, bias, use_bias, y):
+def _forward_width_5(x, num, channels, height_p, width_p, w, outputs, kh, bias, use_bias, y, relu):
     _forward(vzero, vload, vsplat, vfull, 8, x, num, channels, height_p, width_p, w, outputs, kh, 5, bias,
-             use_bias, y)
+             use_bias, y, relu)
 
 
 @njit(cache=True, nogil=True)
-def _forward_width_3(x, num, channels, height_p, width_p, w, outputs, kh, bias, use_bias, y):
+def _forward_width_3(x, num, channels, height_p, width_p, w, outputs, kh, bias, use_bias, y, relu):
     _forward(vzero, vload, vsplat, vfull, 8, x, num, channels, height_p, width_p, w, outputs, kh, 3, bias,
-             use_bias, y)
+             use_bias, y, relu)
 
 
 @njit(cache=True, nogil=True)
-def _forward_any_width(x, num, channels, height_p, width_p, w, outputs, kh, kw, bias, use_bias, y):
+def _forward_any_width(x, num, channels, height_p, width_p, w, outputs, kh, kw, bias, use_bias, y, relu):
     _forward(vzero, vload, vsplat, vfull, 8, x, num, channels, height_p, width_p, w, outputs, kh, kw, bias,
-             use_bias, y)
+             use_bias, y, relu)
 
 
 @njit(cache=True, nogil=True)
-def _forward_width_5_wide(x, num, channels, height_p, width_p, w, outputs, kh, bias, use_bias, y):
+def _forward_width_5_wide(x, num, channels, height_p, width_p, w, outputs, kh, bias, use_bias, y, relu):
     _forward(wzero, wload, wsplat, wfull, 16, x, num, channels, height_p, width_p, w, outputs, kh, 5, bias,
-             use_bias, y)
+             use_bias, y, relu)
 
 
 @njit(cache=True, nogil=True)
-def _forward_width_3_wide(x, num, channels, height_p, width_p, w, outputs, kh, bias, use_bias, y):
+def _forward_width_3_wide(x, num, channels, height_p, width_p, w, outputs, kh, bias, use_bias, y, relu):
     _forward(wzero, wload, wsplat, wfull, 16, x, num, channels, height_p, width_p, w, outputs, kh, 3, bias,
-             use_bias, y)
+             use_bias, y, relu)
 
 
 @njit(cache=True, nogil=True)
-def _forward_any_width_wide(x, num, channels, height_p, width_p, w, outputs, kh, kw, bias, use_bias, y):
+def _forward_any_width_wide(x, num, channels, height_p, width_p, w, outputs, kh, kw, bias, use_bias, y, relu):
     _forward(wzero, wload, wsplat, wfull, 16, x, num, channels, height_p, width_p, w, outputs, kh, kw, bias,
-             use_bias, y)
+             use_bias, y, relu)
 
 
 @njit(cache=True, nogil=True, inline='always')
 def _forward(zero, load, splat, full, lanes, x, num, channels, height_p, width_p, w, outputs, kh, kw, bias,
-             use_bias, y):
+             use_bias, y, relu):
     out_h, out_w = height_p - kh + 1, width_p - kw + 1
     plane_p, out_plane = height_p * width_p, out_h * out_w
     taps = channels * kh * kw
@@ -208,14 +212,15 @@ def _forward(zero, load, splat, full, lanes, x, num, channels, height_p, width_p
                         d = out_base + oo * out_plane + r * out_w + start
                         if block == 6:
                             _six_by_two(zero, load, splat, full, x, src0, plane_p, width_p, channels, kh, kw, w,
-                                        oo * taps, taps, bias, use_bias, y, d, out_plane, out_w, oo)
+                                        oo * taps, taps, bias, use_bias, y, d, out_plane, out_w, oo, relu)
                         else:
                             _four_by_two(zero, load, splat, full, x, src0, plane_p, width_p, channels, kh, kw, w,
-                                         oo * taps, taps, bias, use_bias, y, d, out_plane, out_w, oo)
+                                         oo * taps, taps, bias, use_bias, y, d, out_plane, out_w, oo, relu)
                         o = oo + block
                     else:
                         _one_by_one(zero, load, splat, full, x, src0, plane_p, width_p, channels, kh, kw, w,
-                                    o * taps, bias, use_bias, y, out_base + o * out_plane + r * out_w + start, o)
+                                    o * taps, bias, use_bias, y, out_base + o * out_plane + r * out_w + start, o,
+                                    relu)
                         o += 1
                 x0 = start + lanes
             row = r + rows

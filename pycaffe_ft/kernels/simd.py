@@ -20,7 +20,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic, models, register_model
 
 __all__ = ['vload', 'vload_even_swizzled', 'vunswizzle', 'vstore', 'vsplat', 'vfull', 'vramp', 'vzero', 'vfma', 'vadd', 'vsub',
-           'vmul', 'vdiv', 'vwhere_gt', 'vtranspose', 'prefetch', 'prefetch_to_write', 'WIDTH',
+           'vmul', 'vdiv', 'vwhere_gt', 'vrelu', 'vtranspose', 'prefetch', 'prefetch_to_write', 'WIDTH',
            'wload', 'wstore', 'wsplat', 'wfull', 'wramp', 'wzero', 'wfma', 'WIDE']
 
 WIDTH = 8
@@ -157,6 +157,16 @@ def vwhere_gt(typingctx, x, y, a, b):
     def codegen(context, builder, sig, args):
         return builder.select(builder.fcmp_ordered('>', args[0], args[1]), args[2], args[3])
     return a(x, y, a, b), codegen
+
+
+@intrinsic
+def vrelu(typingctx, x):
+    """Per lane: x where x > 0 or x is a NaN, else +0 (:func:`~.relu.relu_forward`'s rule),
+    on eight or sixteen lanes."""
+    def codegen(context, builder, sig, args):
+        zero = ir.Constant(args[0].type, [0.0] * args[0].type.count)
+        return builder.select(builder.fcmp_unordered('>', args[0], zero), args[0], zero)
+    return x(x), codegen
 
 
 @intrinsic

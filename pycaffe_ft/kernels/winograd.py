@@ -17,7 +17,7 @@ it vectorizes). The kernels never allocate (the caller passes scratch) and relea
 import numpy as np
 from numba import njit
 
-from .simd import vadd, vfull, vload, vmul, vstore, vsub, vtranspose
+from .simd import vadd, vfull, vload, vmul, vrelu, vstore, vsub, vtranspose
 
 _at = np.uint64  # unsigned offsets: no negative-index wraparound test, so the loops vectorize
 
@@ -277,10 +277,11 @@ def to_channels_last(src, num, channels, height, width, top, left, padded_h, pad
 
 
 @njit(cache=True, nogil=True)
-def from_channels_last(src, num, channels, src_h, src_w, height, width, bias, use_bias, dst):
+def from_channels_last(src, num, channels, src_h, src_w, height, width, bias, use_bias, relu, dst):
     """dst (N, C, H, W) = the top-left H x W of src (N, src_h, src_w, C) (columns split as
-    :func:`to_channels_last` stores them), + bias[c] (0 without ``use_bias``). Blocks of
-    8 columns x 8 channels go through an 8 x 8 vector transpose."""
+    :func:`to_channels_last` stores them), + bias[c] (0 without ``use_bias``), through a ReLU
+    (negative slope 0) with ``relu``. Blocks of 8 columns x 8 channels go through an 8 x 8
+    vector transpose."""
     half_w = src_w // 2
     plane = height * width
     vector_channels = channels - channels % 8
@@ -300,21 +301,21 @@ def from_channels_last(src, num, channels, src_h, src_w, height, width, bias, us
                         vload(src, _split_column(row, x + 5, half_w) * channels + c0),
                         vload(src, _split_column(row, x + 6, half_w) * channels + c0),
                         vload(src, _split_column(row, x + 7, half_w) * channels + c0))
-                    vstore(dst, d0 + x, vadd(w0, vfull(_bias(bias, use_bias, c0))))
-                    vstore(dst, d0 + plane + x, vadd(w1, vfull(_bias(bias, use_bias, c0 + 1))))
-                    vstore(dst, d0 + 2 * plane + x, vadd(w2, vfull(_bias(bias, use_bias, c0 + 2))))
-                    vstore(dst, d0 + 3 * plane + x, vadd(w3, vfull(_bias(bias, use_bias, c0 + 3))))
-                    vstore(dst, d0 + 4 * plane + x, vadd(w4, vfull(_bias(bias, use_bias, c0 + 4))))
-                    vstore(dst, d0 + 5 * plane + x, vadd(w5, vfull(_bias(bias, use_bias, c0 + 5))))
-                    vstore(dst, d0 + 6 * plane + x, vadd(w6, vfull(_bias(bias, use_bias, c0 + 6))))
-                    vstore(dst, d0 + 7 * plane + x, vadd(w7, vfull(_bias(bias, use_bias, c0 + 7))))
+                    _store8(dst, d0 + x, vadd(w0, vfull(_bias(bias, use_bias, c0))), relu)
+                    _store8(dst, d0 + plane + x, vadd(w1, vfull(_bias(bias, use_bias, c0 + 1))), relu)
+                    _store8(dst, d0 + 2 * plane + x, vadd(w2, vfull(_bias(bias, use_bias, c0 + 2))), relu)
+                    _store8(dst, d0 + 3 * plane + x, vadd(w3, vfull(_bias(bias, use_bias, c0 + 3))), relu)
+                    _store8(dst, d0 + 4 * plane + x, vadd(w4, vfull(_bias(bias, use_bias, c0 + 4))), relu)
+                    _store8(dst, d0 + 5 * plane + x, vadd(w5, vfull(_bias(bias, use_bias, c0 + 5))), relu)
+                    _store8(dst, d0 + 6 * plane + x, vadd(w6, vfull(_bias(bias, use_bias, c0 + 6))), relu)
+                    _store8(dst, d0 + 7 * plane + x, vadd(w7, vfull(_bias(bias, use_bias, c0 + 7))), relu)
                     x += 8
                 for c in range(c0, c0 + 8):
                     _from_columns(src, row, half_w, channels, c, x, width, _bias(bias, use_bias, c),
-                                  dst, ((n * channels + c) * height + y) * width)
+                                  relu, dst, ((n * channels + c) * height + y) * width)
             for c in range(vector_channels, channels):
                 _from_columns(src, row, half_w, channels, c, 0, width, _bias(bias, use_bias, c),
-                              dst, ((n * channels + c) * height + y) * width)
+                              relu, dst, ((n * channels + c) * height + y) * width)
 
 
 @njit(cache=True, nogil=True, inline='always')
@@ -330,9 +331,15 @@ def _to_columns(src, s0, x_lo, x_hi, left, row, half_w, channels, c, dst):
 
 
 @njit(cache=True, nogil=True, inline='always')
-def _from_columns(src, row, half_w, channels, c, x_lo, width, b, dst, d0):
+def _from_columns(src, row, half_w, channels, c, x_lo, width, b, relu, dst, d0):
     for x in range(x_lo, width):
-        dst[_at(d0 + x)] = src[_at(_split_column(row, x, half_w) * channels + c)] + b
+        v = src[_at(_split_column(row, x, half_w) * channels + c)] + b
+        dst[_at(d0 + x)] = v if not relu or v > 0 or v != v else np.float32(0.0)
+
+
+@njit(cache=True, nogil=True, inline='always')
+def _store8(dst, d, v, relu):
+    vstore(dst, d, vrelu(v) if relu else v)
 
 
 @njit(cache=True, nogil=True)

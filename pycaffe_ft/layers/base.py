@@ -37,6 +37,11 @@ class Layer:
     # Set by the Net: a later layer picks among values by comparing them (see selects_by_value),
     # so this layer's forward must keep Caffe's exact arithmetic (True outside a Net)
     before_value_selection = True
+    # A layer that can apply the in-place ReLU after it (negative slope 0) while it writes its
+    # top sets ``fuses_relu``; the Net sets ``relu_on_top`` for one forward call when it runs
+    # that ReLU in the same pass (the ReLU's own pass, idempotent, is then skipped)
+    fuses_relu = False
+    relu_on_top = False
 
     @property
     def selects_by_value(self):

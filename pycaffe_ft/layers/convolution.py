@@ -240,6 +240,8 @@ class ConvolutionLayer(BaseConvolutionLayer):
     that a run that loses ranks stays within rounding of the failure-free one. Its default sum
     in worker order leaves it off: every run adds the same bits."""
 
+    fuses_relu = True  # every forward path applies it while writing the top (see Layer)
+
     def layer_setup(self, bottom, top):
         super().layer_setup(bottom, top)
         self.winograd = Winograd(self.kernel[0], self.pad, self.group) if Winograd.applies(self) else None
@@ -297,7 +299,7 @@ class ConvolutionLayer(BaseConvolutionLayer):
                 self.winograd.forward(b.data.reshape((self.num, self.channels) + self.in_hw),
                                       self.blobs[0].data, bias,
                                       t.data.reshape((self.num, self.num_output) + self.out_hw),
-                                      self.in_hw, self.out_hw)
+                                      self.in_hw, self.out_hw, self.relu_on_top)
             return
         w = self.blobs[0].data.reshape(self.num_output, -1)
         out_w = self.out_hw[1]
@@ -322,6 +324,8 @@ class ConvolutionLayer(BaseConvolutionLayer):
                         out = y[lo:hi]
                     if self.bias_term:
                         out += bias.reshape(-1, 1) if hi - lo == 1 else bias.reshape(1, -1, 1)
+                    if self.relu_on_top:
+                        np.maximum(out, np.float32(0.0), out=out)  # relu_forward's rule, NaN kept
             run_chunks(chunk, chunks)
 
     def _direct_forward(self, bottom, top):
@@ -334,7 +338,7 @@ class ConvolutionLayer(BaseConvolutionLayer):
             def chunk(lo, hi):
                 src, hp, wp = self._padded(x[lo:hi])
                 direct_forward(src, hi - lo, self.channels, hp, wp, weights, self.num_output, *self.kernel, bias,
-                               self.bias_term, y[lo:hi].reshape(-1))
+                               self.bias_term, y[lo:hi].reshape(-1), relu=self.relu_on_top)
             run_chunks(chunk, self._chunks(direct=True))
 
     def backward(self, top, propagate_down, bottom):

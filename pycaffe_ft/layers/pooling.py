@@ -6,6 +6,7 @@ import numpy as np
 
 from ..intra_op import for_images
 from ..kernels import pooling as K
+from ..kernels.relu import relu_forward
 from ..proto import caffe_pb2
 from ..registry import LAYERS
 from .base import Layer
@@ -93,12 +94,29 @@ class PoolingLayer(Layer):
         elif self.method == _P.MAX:
             x, y = bottom[0].data, top[0].data
             mask = top[1].data if len(top) > 1 else self._mask
-            for_images(lambda lo, hi: K.max_pool_forward(
-                *self._geometry(x, lo, hi), y[lo:hi].reshape(-1), mask[lo:hi].reshape(-1)), x.shape[0], x[0].size)
+
+            def images(lo, hi):
+                K.max_pool_forward(*self._geometry(x, lo, hi), y[lo:hi].reshape(-1), mask[lo:hi].reshape(-1))
+                self._fused_relu(y[lo:hi])
+            for_images(images, x.shape[0], x[0].size)
         else:
             x, y = bottom[0].data, top[0].data
-            for_images(lambda lo, hi: K.ave_pool_forward(*self._geometry(x, lo, hi), y[lo:hi].reshape(-1)),
-                       x.shape[0], x[0].size)
+
+            def images(lo, hi):
+                K.ave_pool_forward(*self._geometry(x, lo, hi), y[lo:hi].reshape(-1))
+                self._fused_relu(y[lo:hi])
+            for_images(images, x.shape[0], x[0].size)
+
+    @property
+    def fuses_relu(self):
+        """MAX and AVE pooling apply a following in-place ReLU to each range of images while
+        its outputs are in cache (see Layer.fuses_relu); the argmax mask is unchanged."""
+        return self.method in (_P.MAX, _P.AVE)
+
+    def _fused_relu(self, y):
+        if self.relu_on_top:
+            flat = y.reshape(-1)
+            relu_forward(flat, flat)
 
     def _geometry(self, x, lo, hi):
         """Forward kernel arguments for images [lo, hi) of x (N, C, H, W): the flat input,

@@ -186,9 +186,9 @@ class Winograd:
                                rows, out)
         return out.reshape(a * a, n * th * tw, channels)
 
-    def _convolve(self, x, u, in_channels, out_channels, in_hw, pad, out_hw, out, bias=None):
+    def _convolve(self, x, u, in_channels, out_channels, in_hw, pad, out_hw, out, bias=None, relu=False):
         """out (n, C_out, OH, OW) = the convolution of x (n, C_in, H, W) given transformed
-        weights u (alpha^2, group, C_in/g, C_out/g)."""
+        weights u (alpha^2, group, C_in/g, C_out/g), through a ReLU with ``relu``."""
         n, a, g = x.shape[0], self.alpha, self.group
         tiles = self._tiles(out_hw)
         count = n * tiles[0] * tiles[1]
@@ -210,18 +210,19 @@ class Winograd:
                              scratch("wg_half", 2 * a * tiles[1] * out_channels), result)
         use_bias = bias is not None
         kernels.from_channels_last(result, n, out_channels, 2 * tiles[0], 2 * tiles[1], out_hw[0],
-                                   out_hw[1], bias if use_bias else result[:1], use_bias,
+                                   out_hw[1], bias if use_bias else result[:1], use_bias, relu,
                                    out.reshape(-1))
 
     # -- what the layer calls ---------------------------------------------------------------------
-    def forward(self, x, w, bias, y, in_hw, out_hw):
-        """y (N, K, OH, OW) = conv(x (N, C, H, W), w) + bias (None: no bias term)."""
+    def forward(self, x, w, bias, y, in_hw, out_hw, relu=False):
+        """y (N, K, OH, OW) = conv(x (N, C, H, W), w) + bias (None: no bias term), through a
+        ReLU (negative slope 0) with ``relu``."""
         num, channels = x.shape[:2]
         k = w.shape[0]
         u = self.transform_weights(w)
 
         def chunk(lo, hi):
-            self._convolve(x[lo:hi], u, channels, k, in_hw, self.pad, out_hw, y[lo:hi], bias)
+            self._convolve(x[lo:hi], u, channels, k, in_hw, self.pad, out_hw, y[lo:hi], bias, relu)
         run_chunks(chunk, self._chunks(num, channels, k, out_hw))
 
     def backward_data(self, dy, w, dx, in_hw, out_hw):

@@ -40,16 +40,19 @@ def test_channels_last_copies_match_numpy(channels, width):
     n, height, top, left = 2, 5, 2, 1
     padded_h, padded_w = height + 4, width + 3 + (width + 3) % 2
     x = _values(rng, (n, channels, height, width))
+    x.flat[::13] = np.nan  # kept by the fused ReLU below, as by the ReLU layer's own pass
     out = np.full(n * padded_h * padded_w * channels, np.nan, np.float32)
     kernels.to_channels_last(x.reshape(-1), n, channels, height, width, top, left, padded_h, padded_w, out)
     expected = np.zeros((n, padded_h, padded_w, channels), np.float32)
     expected[:, top:top + height, left:left + width] = x.transpose(0, 2, 3, 1)
     assert out.tobytes() == _split_columns(expected).tobytes()
     bias = _values(rng, (channels,))
-    for use_bias in (True, False):
+    for use_bias, relu in ((True, False), (False, False), (True, True), (False, True)):
         back = np.empty((n, channels, height, width), np.float32)
-        kernels.from_channels_last(out, n, channels, padded_h, padded_w, height, width, bias, use_bias,
+        kernels.from_channels_last(out, n, channels, padded_h, padded_w, height, width, bias, use_bias, relu,
                                    back.reshape(-1))
         added = bias.reshape(-1, 1, 1) if use_bias else np.float32(0.0)  # + 0 turns -0 into 0, as Caffe's
-        want = expected[:, :height, :width].transpose(0, 3, 1, 2) + added
-        assert back.tobytes() == want.astype(np.float32).tobytes()
+        want = (expected[:, :height, :width].transpose(0, 3, 1, 2) + added).astype(np.float32)
+        if relu:
+            want = np.maximum(want, np.float32(0.0))
+        assert back.tobytes() == want.tobytes()
