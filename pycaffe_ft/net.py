@@ -224,6 +224,7 @@ class Net:
         self._analyse_backward(split_param, blob_need_backward)
         self._blob_need_backward = blob_need_backward
         self._relu_fuses_into = [self._fuses_next_relu(i) for i in range(len(self.layers))]
+        self._relu_masked_by = [self._masks_relu_below(i) for i in range(len(self.layers))]
         self.output_ids = [name_to_id[n] for n in sorted(available)]
         self._build_flat_params()
         self.blob_loss_weights = collections.OrderedDict((n, 0.0) for n in self._blob_names)
@@ -422,6 +423,21 @@ class Net:
                 and len(tops) == 1 and self.bottom_ids[i + 1] == tops and self.top_ids[i + 1] == tops
                 and not any(self.layers[i].loss_weights) and not any(relu.loss_weights))
 
+    def _masks_relu_below(self, i):
+        """The bottom of layer i whose diff layer i's backward can multiply by the mask of
+        the ReLU just below it (see Layer.fuses_relu_backward), else -1: that ReLU (negative
+        slope 0, no loss weight) runs in place on the blob, which layer i reads once and
+        propagates a diff to."""
+        if i < 1 or not self.layers[i].fuses_relu_backward or not self.layer_need_backward[i - 1]:
+            return -1
+        relu, blob = self.layers[i - 1], self.top_ids[i - 1]
+        if (relu.layer_param.type != 'ReLU' or relu.layer_param.relu_param.negative_slope != 0
+                or self.bottom_ids[i - 1] != blob or len(blob) != 1 or any(relu.loss_weights)
+                or not self.bottom_need_backward[i - 1][0] or self.bottom_ids[i].count(blob[0]) != 1):
+            return -1
+        index = self.bottom_ids[i].index(blob[0])
+        return index if self.bottom_need_backward[i][index] else -1
+
     def forward_from_to(self, start=0, end=None):
         """Run layers ``start..end`` (inclusive); returns the summed weighted loss.
 
@@ -457,14 +473,29 @@ class Net:
         return loss
 
     def backward_from_to(self, start=None, end=0):
+        """Backward through layers ``start`` down to ``end`` (inclusive).
+
+        A layer just above an in-place ReLU it can mask for (see :meth:`_masks_relu_below`)
+        multiplies that diff by the ReLU's mask as it writes it, when the ReLU runs in this
+        pass too and nothing looks in between (no debug_info, no before-backward hooks); the
+        ReLU's own backward is then skipped, its after-backward hooks still called."""
         start = len(self.layers) - 1 if start is None else start
         hooks = self._hooks
+        fusing = not (self.debug_info or hooks['before_backward'])
+        skip = -1
         for i in range(start, end - 1, -1):
-            for fn in hooks['before_backward']:
-                fn(i)
-            if self.layer_need_backward[i]:
-                self.layers[i].backward(self.top_vecs[i], self.bottom_need_backward[i],
-                                        self.bottom_vecs[i])
+            if i != skip:
+                for fn in hooks['before_backward']:
+                    fn(i)
+            if self.layer_need_backward[i] and i != skip:
+                layer = self.layers[i]
+                layer.relu_below = self._relu_masked_by[i] if fusing and i > end else -1
+                if layer.relu_below >= 0:
+                    skip = i - 1
+                try:
+                    layer.backward(self.top_vecs[i], self.bottom_need_backward[i], self.bottom_vecs[i])
+                finally:
+                    layer.relu_below = -1
                 if self.debug_info:
                     self._backward_debug_info(i)
             for fn in hooks['after_backward']:

@@ -334,6 +334,7 @@ def test_weights_with_negative_dimensions_are_refused(tmp_path):
 
 FUSED_RELUS = '''
 name: "fused"
+force_backward: true
 layer { name: "data" type: "Input" top: "data" input_param { shape { dim: 3 dim: 3 dim: 40 dim: 40 } } }
 layer { name: "direct" type: "Convolution" bottom: "data" top: "direct"
         convolution_param { num_output: 8 kernel_size: 5 pad: 2 weight_filler { type: "gaussian" std: 0.3 }
@@ -386,3 +387,41 @@ def test_a_relu_in_place_is_applied_by_the_layer_before_it_with_the_same_bits(mo
     assert (net.blobs['direct'].data == 0).any()
     net.forward(end='direct')
     assert (net.blobs['direct'].data < 0).any()
+
+
+def test_a_relu_in_place_is_masked_by_the_backward_of_the_layer_above_it_with_the_same_bits(monkeypatch):
+    """Backward: the layer reading a ReLU's in-place top (Convolution by im2col, with a direct
+    weight gradient and by Winograd, MAX and AVE pooling) multiplies the diff it writes by the
+    ReLU's mask: every data and parameter diff as layer-by-layer runs give it (a
+    before-backward hook turns the fusing off), the ReLU layers' own backward not called (the
+    leaky one's is), their after-backward hooks still called in order."""
+    from pycaffe_ft.layers.neuron import ReLULayer
+    nets = [Net(FUSED_RELUS, caffe.TRAIN), Net(FUSED_RELUS, caffe.TRAIN)]
+    for name, layer in nets[0].layer_dict.items():
+        for mine, theirs in zip(layer.blobs, nets[1].layer_dict[name].blobs):
+            theirs.data[...] = mine.data
+    rng = np.random.default_rng(4)
+    data, top_diff = rng.standard_normal(nets[0].blobs['data'].shape), rng.standard_normal(nets[0].blobs['leaky'].shape)
+    nets[1].before_backward(lambda i: None)  # something looks between layers
+    after = []
+    nets[0].after_backward(after.append)
+    calls = []
+    original = ReLULayer.backward
+    monkeypatch.setattr(ReLULayer, 'backward', lambda self, top, down, bottom: (calls.append(self.name),
+                                                                               original(self, top, down, bottom)))
+    called = []
+    for net in nets:
+        calls.clear()
+        net.blobs['data'].data[...] = data
+        net.forward()
+        net.blobs['leaky'].diff[...] = top_diff
+        net.backward()
+        called.append(list(calls))
+    assert called == [['relu_leaky'],
+                      ['relu_leaky', 'relu_ave', 'relu_winograd', 'relu_im2col', 'relu_max', 'relu_direct']]
+    assert after == list(range(len(nets[0].layers)))[::-1]
+    for name in nets[0].blobs:
+        assert nets[0].blobs[name].diff.tobytes() == nets[1].blobs[name].diff.tobytes(), name
+    for name, layer in nets[0].layer_dict.items():
+        for mine, theirs in zip(layer.blobs, nets[1].layer_dict[name].blobs):
+            assert mine.diff.tobytes() == theirs.diff.tobytes(), name

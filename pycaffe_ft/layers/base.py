@@ -8,6 +8,7 @@ import numpy as np
 from ..blob import Blob
 from ..errors import LayerSetupError
 from ..fillers import fill
+from ..kernels.relu import relu_backward
 from ..proto.io import blob_to_array
 from ..random import new_rng
 
@@ -42,6 +43,11 @@ class Layer:
     # that ReLU in the same pass (the ReLU's own pass, idempotent, is then skipped)
     fuses_relu = False
     relu_on_top = False
+    # A layer whose backward overwrites its bottom diffs sets ``fuses_relu_backward``: it can
+    # multiply one of them by the mask of the in-place ReLU below it (bottom data > 0) as it
+    # writes it; the Net sets ``relu_below`` (that bottom's index, else -1) for one backward call
+    fuses_relu_backward = False
+    relu_below = -1
 
     @property
     def selects_by_value(self):
@@ -50,6 +56,13 @@ class Layer:
         pick another element. Layers with faster, not bit-identical arithmetic (Winograd
         convolution) use it only when no later layer of the net selects by value."""
         return False
+
+    def mask_relu_below(self, bottom, index, lo, hi):
+        """Images lo..hi of bottom ``index``'s diff times (its data > 0), if the Net fused the
+        ReLU below into this backward there (``relu_below``); else nothing."""
+        if index == self.relu_below:
+            x, dx = bottom[index].data, bottom[index].diff
+            relu_backward(x[lo:hi].reshape(-1), dx[lo:hi].reshape(-1), dx[lo:hi].reshape(-1))
 
     def __init__(self, layer_param, phase=1):
         self.layer_param = layer_param

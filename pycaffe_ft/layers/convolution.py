@@ -241,6 +241,7 @@ class ConvolutionLayer(BaseConvolutionLayer):
     in worker order leaves it off: every run adds the same bits."""
 
     fuses_relu = True  # every forward path applies it while writing the top (see Layer)
+    fuses_relu_backward = True  # and every backward path overwrites the bottom diffs
 
     def layer_setup(self, bottom, top):
         super().layer_setup(bottom, top)
@@ -363,14 +364,15 @@ class ConvolutionLayer(BaseConvolutionLayer):
         g, o, k = self.group, self.num_output // self.group, w.shape[1]
         plane, out_w = self.out_hw[0] * self.out_hw[1], self.out_hw[1]
         bands = [(0, self.out_hw[0])] if direct_w else self._bands()
-        for b, t, propagate in zip(bottom, top, propagate_down):
+        for index, (b, t, propagate) in enumerate(zip(bottom, top, propagate_down)):
             dy = t.diff.reshape(self.num, self.num_output, plane)
             x = b.data.reshape((self.num, self.channels) + self.in_hw)
             dx = b.diff.reshape((self.num, self.channels) + self.in_hw)
             if winograd_w:
                 wdiff += winograd.weight_gradient(x, dy, self.in_hw, self.out_hw).reshape(wdiff.shape)
             if propagate and winograd is not None:
-                winograd.backward_data(dy, self.blobs[0].data, dx, self.in_hw, self.out_hw)
+                winograd.backward_data(dy, self.blobs[0].data, dx, self.in_hw, self.out_hw,
+                                       lambda lo, hi: self.mask_relu_below(bottom, index, lo, hi))
             down = propagate and winograd is None
             if not (need_w or need_b or down):
                 continue
@@ -406,6 +408,7 @@ class ConvolutionLayer(BaseConvolutionLayer):
                     rows = self.conv_in_channels * self.kernel[0] * self.kernel[1]
                     col = scratch('conv_col', rows * dy_cm.shape[1]).reshape(rows, -1)
                     self._col2im(self._gemm(w, dy_cm, col, transpose_w=True), dx[lo:hi])
+                    self.mask_relu_below(bottom, index, lo, hi)
                 return w_part, bias_part
             w_parts, bias_parts = zip(*run_chunks(chunk, chunks))
             if direct_w:

@@ -107,6 +107,8 @@ class PoolingLayer(Layer):
                 self._fused_relu(y[lo:hi])
             for_images(images, x.shape[0], x[0].size)
 
+    fuses_relu_backward = True  # every method overwrites the bottom diff (see Layer)
+
     @property
     def fuses_relu(self):
         """MAX and AVE pooling apply a following in-place ReLU to each range of images while
@@ -132,10 +134,13 @@ class PoolingLayer(Layer):
         dy, dx = top[0].diff, bottom[0].diff
         if self.method in (_P.MAX, _P.STOCHASTIC):
             mask = top[1].data if len(top) > 1 else self._mask
-            for_images(lambda lo, hi: K.max_pool_backward(
-                dy[lo:hi].reshape(-1), mask[lo:hi].reshape(-1), (hi - lo) * dx.shape[1], dx[0, 0].size,
-                dy[0, 0].size, dx[lo:hi].reshape(-1)), dx.shape[0], dx[0].size)
+
+            def images(lo, hi):
+                K.max_pool_backward(dy[lo:hi].reshape(-1), mask[lo:hi].reshape(-1), (hi - lo) * dx.shape[1],
+                                    dx[0, 0].size, dy[0, 0].size, dx[lo:hi].reshape(-1))
+                self.mask_relu_below(bottom, 0, lo, hi)
         else:
-            for_images(lambda lo, hi: K.ave_pool_backward(
-                dy[lo:hi].reshape(-1), (hi - lo) * dx.shape[1], self._taps, dx[lo:hi].reshape(-1)),
-                dx.shape[0], dx[0].size)
+            def images(lo, hi):
+                K.ave_pool_backward(dy[lo:hi].reshape(-1), (hi - lo) * dx.shape[1], self._taps, dx[lo:hi].reshape(-1))
+                self.mask_relu_below(bottom, 0, lo, hi)
+        for_images(images, dx.shape[0], dx[0].size)

@@ -225,8 +225,9 @@ class Winograd:
             self._convolve(x[lo:hi], u, channels, k, in_hw, self.pad, out_hw, y[lo:hi], bias, relu)
         run_chunks(chunk, self._chunks(num, channels, k, out_hw))
 
-    def backward_data(self, dy, w, dx, in_hw, out_hw):
-        """dx (N, C, H, W) = the gradient of the convolution for the top diff dy."""
+    def backward_data(self, dy, w, dx, in_hw, out_hw, after=None):
+        """dx (N, C, H, W) = the gradient of the convolution for the top diff dy; then
+        ``after(lo, hi)``, if given, for each range of images while it is in cache."""
         num, k = dy.shape[:2]
         channels = dx.shape[1]
         u = self.transform_weights(w, flip=True)
@@ -234,6 +235,8 @@ class Winograd:
 
         def chunk(lo, hi):
             self._convolve(dy[lo:hi], u, k, channels, out_hw, pad, in_hw, dx[lo:hi])
+            if after is not None:
+                after(lo, hi)
         run_chunks(chunk, self._chunks(num, channels, k, in_hw))
 
     def weight_gradient(self, x, dy, in_hw, out_hw):
