@@ -10,6 +10,7 @@ import os
 
 import numpy as np
 
+from .aligned import aligned_zeros
 from .errors import ShapeError
 
 __all__ = ['Blob', 'max_blob_bytes']
@@ -37,7 +38,7 @@ def _allocate(count, dtype, shape):
                          'one blob may take (PYCAFFE_FT_MAX_BLOB_BYTES; default a quarter of the '
                          'memory)' % (list(shape), count, need / 1e9, max_blob_bytes() / 1e9))
     try:
-        return np.zeros(count, dtype), np.zeros(count, dtype)
+        return aligned_zeros(count, dtype), aligned_zeros(count, dtype)
     except (MemoryError, ValueError) as e:
         raise ShapeError('cannot allocate a blob of shape %s (%.3g GB with its diff): %s'
                          % (list(shape), need / 1e9, e)) from None

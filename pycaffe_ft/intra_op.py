@@ -29,6 +29,8 @@ import time
 
 import numpy as np
 
+from .aligned import aligned_empty
+
 __all__ = ['num_threads', 'set_num_threads', 'thread_policy', 'adapt_threads', 'run_chunks', 'sum_in_chunk_order',
            'for_images', 'image_chunks', 'gemm', 'matmul', 'scratch', 'blas_library']
 
@@ -337,7 +339,7 @@ def scratch(name, size, dtype=np.float32):
         buffers = _local.buffers = {}
     buf = buffers.get(name)
     if buf is None or buf.size < size or buf.dtype != dtype:
-        buf = buffers[name] = np.empty(max(size, 1), dtype)
+        buf = buffers[name] = aligned_empty(max(size, 1), dtype)
     return buf[:size]
 
 

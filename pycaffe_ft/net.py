@@ -9,6 +9,7 @@ import collections
 
 import numpy as np
 
+from .aligned import aligned_zeros
 from .blob import Blob
 from .errors import NetError, ShapeError, UnknownLayerTypeError, WeightsError
 from .log import logger
@@ -347,8 +348,8 @@ class Net:
         """Move every learnable blob into one flat data/diff buffer; sharers view their owner's slice."""
         counts = [b.count for b in self.learnable_params]
         offsets = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)]).astype(np.int64)
-        self.param_data = np.zeros(int(offsets[-1]), np.float32)
-        self.param_diff = np.zeros(int(offsets[-1]), np.float32)
+        self.param_data = aligned_zeros(int(offsets[-1]))
+        self.param_diff = aligned_zeros(int(offsets[-1]))
         self.param_offsets = offsets
         for i, blob in enumerate(self.learnable_params):
             lo, hi = offsets[i], offsets[i + 1]

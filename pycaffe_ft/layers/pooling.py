@@ -4,6 +4,7 @@ import math
 
 import numpy as np
 
+from ..aligned import aligned_empty
 from ..intra_op import for_images
 from ..kernels import pooling as K
 from ..kernels.relu import relu_forward
@@ -73,7 +74,7 @@ class PoolingLayer(Layer):
             top[1].reshape((n, c) + self.out_hw)
         if self.method in (_P.MAX, _P.STOCHASTIC) and len(top) == 1 and \
                 getattr(self, '_mask', np.empty(0)).shape != (n, c) + self.out_hw:
-            self._mask = np.empty((n, c) + self.out_hw, np.float32)
+            self._mask = aligned_empty(n * c * self.out_hw[0] * self.out_hw[1]).reshape((n, c) + self.out_hw)
         geometry = (h, w) + self._args() + self.out_hw
         if self.method in (_P.MAX, _P.AVE) and getattr(self, '_taps_of', None) != geometry:
             self._taps, self._taps_of = K.window_taps(*geometry), geometry

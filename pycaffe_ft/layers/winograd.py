@@ -18,6 +18,7 @@ from fractions import Fraction
 
 import numpy as np
 
+from ..aligned import aligned_empty
 from ..intra_op import gemm, image_chunks, run_chunks, scratch, sum_in_chunk_order
 from ..kernels import winograd as kernels
 from ..kernels.small_gemm import batched_gemm
@@ -155,7 +156,7 @@ class Winograd:
         g = self.group
         k, c = w.shape[:2]
         shape = (self.alpha * self.alpha, g) + ((k // g, c) if flip else (c, k // g))
-        u = np.empty(shape, np.float32)
+        u = aligned_empty(int(np.prod(shape))).reshape(shape)
         kernels.weight_tiles(np.ascontiguousarray(w), self.g, g, flip, u)
         return u
 
@@ -251,7 +252,7 @@ class Winograd:
         def chunk(lo, hi):
             vx = self._input_tiles(x[lo:hi], channels, in_hw, self.pad, tiles, 'wg_tiles')
             vg = self._diff_tiles(dy[lo:hi], k, out_hw, tiles)
-            part = np.empty((a * a, g, co, ci), np.float32)
+            part = aligned_empty(a * a * g * co * ci).reshape((a * a, g, co, ci))
             if ci % 8 == 0 and ci * co <= SMALL_WEIGHT_PRODUCTS:
                 count = vx.shape[1]
                 for gi in range(g):  # part[xi, gi] = vg[xi, :, group gi].T @ vx[xi, :, group gi]
