@@ -4,6 +4,8 @@ import numpy as np
 from ..intra_op import gemm, image_chunks, matmul, num_threads, run_chunks, scratch, sum_in_chunk_order
 from ..kernels.direct_conv import direct_forward, direct_weight_gradient
 from ..kernels.im2col import columns, crop_planes, pad_planes
+from ..kernels.simd import WIDE
+from ..kernels.small_gemm import batched_gemm
 from ..proto import caffe_pb2
 from ..registry import LAYERS
 from .base import Layer
@@ -194,6 +196,14 @@ class BaseConvolutionLayer(Layer):
         o, k = w.shape[0] // g, w.shape[1]
         if out is None:
             out = np.empty(((k if transpose_w else o) * g, a.shape[1]), np.float32)
+        if transpose_w and WIDE and multiply is gemm and a.flags.c_contiguous and out.flags.c_contiguous:
+            # W_g.T @ a_g sums over the O_g output channels only, too short for OpenBLAS's
+            # packing: batched_gemm's sixteen-lane blocks, LeNet's conv2 (500 x 50 times 50 x
+            # 512), one thread: 0.19 -> 0.15 ms a chunk
+            m = a.shape[1]
+            batched_gemm(w.reshape(-1), 0, o * k, 1, k, a.reshape(-1), 0, o * m, m,
+                         out.reshape(-1), 0, k * m, m, g, k, o, m)
+            return out
         for i in range(g):
             wg = w[i * o:(i + 1) * o]
             if transpose_w:
