@@ -41,36 +41,34 @@ WIDE = _host_has_avx512()
 split each sixteen-lane vector into two and the wide register blocks would spill."""
 
 
-class Float32x8(types.Type):
+class _FloatVector(types.Type):
+    """float32 lanes held in one vector register (``lanes`` of them)."""
+    lanes = None
+
+    def __init__(self):
+        super().__init__(name='float32x%d' % self.lanes)
+
+
+class Float32x8(_FloatVector):
     """Eight float32 lanes held in one (ymm) register."""
-
-    def __init__(self):
-        super().__init__(name='float32x8')
+    lanes = WIDTH
 
 
-float32x8 = Float32x8()
-
-
-@register_model(Float32x8)
-class _Float32x8Model(models.PrimitiveModel):
-    def __init__(self, dmm, fe_type):
-        super().__init__(dmm, fe_type, _VECTOR)
-
-
-class Float32x16(types.Type):
+class Float32x16(_FloatVector):
     """Sixteen float32 lanes held in one (zmm) register: only where :data:`WIDE`."""
-
-    def __init__(self):
-        super().__init__(name='float32x16')
+    lanes = 2 * WIDTH
 
 
-float32x16 = Float32x16()
+float32x8, float32x16 = Float32x8(), Float32x16()
 
 
-@register_model(Float32x16)
-class _Float32x16Model(models.PrimitiveModel):
+class _FloatVectorModel(models.PrimitiveModel):
     def __init__(self, dmm, fe_type):
-        super().__init__(dmm, fe_type, _WIDE_VECTOR)
+        super().__init__(dmm, fe_type, ir.VectorType(ir.FloatType(), fe_type.lanes))
+
+
+register_model(Float32x8)(_FloatVectorModel)
+register_model(Float32x16)(_FloatVectorModel)
 
 
 def _element_pointer(context, builder, array_type, array, index):
@@ -78,13 +76,18 @@ def _element_pointer(context, builder, array_type, array, index):
     return builder.gep(data, [index])
 
 
+def _load_codegen(vector):
+    """Codegen of a load of ``vector`` (an LLVM vector type) from array[index]."""
+    def codegen(context, builder, sig, args):
+        pointer = _element_pointer(context, builder, sig.args[0], args[0], args[1])
+        return builder.load(builder.bitcast(pointer, vector.as_pointer()), align=4)
+    return codegen
+
+
 @intrinsic
 def vload(typingctx, array, index):
     """array[index:index + 8] as a vector."""
-    def codegen(context, builder, sig, args):
-        pointer = _element_pointer(context, builder, sig.args[0], args[0], args[1])
-        return builder.load(builder.bitcast(pointer, _VECTOR.as_pointer()), align=4)
-    return float32x8(array, index), codegen
+    return float32x8(array, index), _load_codegen(_VECTOR)
 
 
 @intrinsic
@@ -195,10 +198,7 @@ wstore = vstore
 @intrinsic
 def wload(typingctx, array, index):
     """array[index:index + 16] as a wide vector."""
-    def codegen(context, builder, sig, args):
-        pointer = _element_pointer(context, builder, sig.args[0], args[0], args[1])
-        return builder.load(builder.bitcast(pointer, _WIDE_VECTOR.as_pointer()), align=4)
-    return float32x16(array, index), codegen
+    return float32x16(array, index), _load_codegen(_WIDE_VECTOR)
 
 
 @intrinsic
