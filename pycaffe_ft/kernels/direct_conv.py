@@ -264,31 +264,25 @@ def _gradient_block(zero, load, lanes, x, dy, acc, ai, step, sa, sb, sc, d0, wid
 
 @njit(cache=True, nogil=True, inline='always')
 def _gradient_block_4(zero, load, lanes, x, dy, acc, ai, step, sa, sb, sc, d0, width_p, out_w, out_h, out_plane,
-                      lane_index, overlap, ahead, ahead_end):
+                      ahead, ahead_end):
     """:func:`_gradient_block` with 4 output channels (12 sums: the wide path, whose 32
-    registers hold them; AVX2's 16 did not)."""
+    registers hold them; AVX2's 16 did not), for rows a multiple of ``lanes`` long (the wide
+    path's condition: no vector shifted back, nothing masked)."""
     for at in range(ahead, ahead_end, 16):
         prefetch(dy, at)
     a0 = a1 = a2 = a3 = b0 = b1 = b2 = b3 = c0 = c1 = c2 = c3 = zero()
-    z = zero()
     for yy in range(out_h):
         ra, rb, rc, d = sa + yy * width_p, sb + yy * width_p, sc + yy * width_p, d0 + yy * out_w
-        x0 = 0
-        while x0 < out_w:
-            start = min(x0, out_w - lanes)
+        for start in range(0, out_w, lanes):
             u, v, w = load(x, ra + start), load(x, rb + start), load(x, rc + start)
             g0 = load(dy, d + start)
             g1 = load(dy, d + start + out_plane)
             g2 = load(dy, d + start + 2 * out_plane)
             g3 = load(dy, d + start + 3 * out_plane)
-            if start != x0:
-                g0, g1 = vwhere_gt(lane_index, overlap, g0, z), vwhere_gt(lane_index, overlap, g1, z)
-                g2, g3 = vwhere_gt(lane_index, overlap, g2, z), vwhere_gt(lane_index, overlap, g3, z)
             a0, b0, c0 = vfma(g0, u, a0), vfma(g0, v, b0), vfma(g0, w, c0)
             a1, b1, c1 = vfma(g1, u, a1), vfma(g1, v, b1), vfma(g1, w, c1)
             a2, b2, c2 = vfma(g2, u, a2), vfma(g2, v, b2), vfma(g2, w, c2)
             a3, b3, c3 = vfma(g3, u, a3), vfma(g3, v, b3), vfma(g3, w, c3)
-            x0 = start + lanes
     for i, sums in enumerate(((a0, b0, c0), (a1, b1, c1), (a2, b2, c2), (a3, b3, c3))):
         for j in range(3):
             at = ai + i * step + lanes * j
@@ -377,14 +371,13 @@ def _weight_gradient(zero, load, full, lane_index, lanes, outs, x, num, channels
                 first = min(3 * group, taps - 3)  # taps first .. first + 2, in (c, ky, kx) order
                 ahead = min(following + group * share, end)
                 sa, sb, sc = image + tap_at[first], image + tap_at[first + 1], image + tap_at[first + 2]
+                ai = outs * block * step + group * 3 * lanes
                 if outs == 4:
-                    _gradient_block_4(zero, load, lanes, x, dy, acc, 4 * block * step + group * 3 * lanes, step,
-                                      sa, sb, sc, d0, width_p, out_w, out_h, out_plane, lane_index, overlap, ahead,
-                                      min(ahead + share, end))
+                    _gradient_block_4(zero, load, lanes, x, dy, acc, ai, step, sa, sb, sc, d0, width_p, out_w,
+                                      out_h, out_plane, ahead, min(ahead + share, end))
                 else:
-                    _gradient_block(zero, load, lanes, x, dy, acc, 3 * block * step + group * 3 * lanes, step,
-                                    sa, sb, sc, d0, width_p, out_w, out_h, out_plane, lane_index, overlap, ahead,
-                                    min(ahead + share, end))
+                    _gradient_block(zero, load, lanes, x, dy, acc, ai, step, sa, sb, sc, d0, width_p, out_w,
+                                    out_h, out_plane, lane_index, overlap, ahead, min(ahead + share, end))
             for oc in range(outs * block if db.size else o + outs, o + outs):  # the block's channels not counted before
                 _add_lane_sums(dy, (n * outputs + oc) * out_plane, out_plane, bias_sums, oc * 8)
     for oc in range(db.size):

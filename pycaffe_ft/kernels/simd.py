@@ -2,8 +2,9 @@
 (also of the even elements of 16, in swizzled lane order), store, splat, ramp, zero, fused
 multiply-add, lane-wise arithmetic, compare-and-select and an 8 x 8 transpose; and cache
 prefetch hints (to read, to write). Sixteen-float vectors (``wload``, ``wstore``, ``wsplat``,
-``wfull``, ``wramp``, ``wzero``: one zmm register; ``vfma``, ``vstore``, ``vwhere_gt`` and
-the lane-wise arithmetic take either width) for kernels that have a wide variant, used where :data:`WIDE` says the CPU has AVX-512.
+``wfull``, ``wramp``, ``wzero``: one zmm register; ``vfma``, ``vstore``, ``vwhere_gt``,
+``vrelu`` and the lane-wise arithmetic take either width) for kernels that have a wide
+variant, used where :data:`WIDE` says the CPU has AVX-512.
 
 Numba's loop vectorizer leaves register-blocked loops (a block of outputs kept in registers
 over a long reduction) scalar; these intrinsics write such loops with vectors directly. On a
@@ -21,7 +22,7 @@ from numba.extending import intrinsic, models, register_model
 
 __all__ = ['vload', 'vload_even_swizzled', 'vunswizzle', 'vstore', 'vsplat', 'vfull', 'vramp', 'vzero', 'vfma', 'vadd', 'vsub',
            'vmul', 'vdiv', 'vwhere_gt', 'vrelu', 'vtranspose', 'prefetch', 'prefetch_to_write', 'WIDTH',
-           'wload', 'wstore', 'wsplat', 'wfull', 'wramp', 'wzero', 'wfma', 'WIDE']
+           'wload', 'wstore', 'wsplat', 'wfull', 'wramp', 'wzero', 'WIDE']
 
 WIDTH = 8
 _VECTOR = ir.VectorType(ir.FloatType(), WIDTH)
@@ -123,12 +124,18 @@ def vstore(typingctx, array, index, vector):
     return types.void(array, index, vector), codegen
 
 
+def _splat_codegen(vector):
+    """Codegen of array[index] in every lane of ``vector``."""
+    def codegen(context, builder, sig, args):
+        value = builder.load(_element_pointer(context, builder, sig.args[0], args[0], args[1]))
+        return _splat(builder, value, vector)
+    return codegen
+
+
 @intrinsic
 def vsplat(typingctx, array, index):
     """array[index] in all eight lanes."""
-    def codegen(context, builder, sig, args):
-        return _splat(builder, builder.load(_element_pointer(context, builder, sig.args[0], args[0], args[1])))
-    return float32x8(array, index), codegen
+    return float32x8(array, index), _splat_codegen(_VECTOR)
 
 
 def _splat(builder, value, vector=_VECTOR):
@@ -137,21 +144,31 @@ def _splat(builder, value, vector=_VECTOR):
     return builder.shuffle_vector(lane0, ir.Constant(vector, ir.Undefined), zeros)
 
 
+def _full_codegen(vector):
+    """Codegen of a float32 value in every lane of ``vector``."""
+    def codegen(context, builder, sig, args):
+        return _splat(builder, args[0], vector)
+    return codegen
+
+
 @intrinsic
 def vfull(typingctx, value):
     """The float32 ``value`` in all eight lanes."""
+    return float32x8(types.float32), _full_codegen(_VECTOR)
+
+
+def _ramp_codegen(vector):
+    """Codegen of start + lane * step over the lanes of ``vector`` (float32 arithmetic)."""
     def codegen(context, builder, sig, args):
-        return _splat(builder, args[0])
-    return float32x8(types.float32), codegen
+        lanes = ir.Constant(vector, [float(i) for i in range(vector.count)])
+        return builder.fadd(_splat(builder, args[0], vector), builder.fmul(lanes, _splat(builder, args[1], vector)))
+    return codegen
 
 
 @intrinsic
 def vramp(typingctx, start, step):
     """start + lane * step for lanes 0 .. 7 (float32 arithmetic)."""
-    def codegen(context, builder, sig, args):
-        lanes = ir.Constant(_VECTOR, [float(i) for i in range(WIDTH)])
-        return builder.fadd(_splat(builder, args[0]), builder.fmul(lanes, _splat(builder, args[1])))
-    return float32x8(types.float32, types.float32), codegen
+    return float32x8(types.float32, types.float32), _ramp_codegen(_VECTOR)
 
 
 @intrinsic
@@ -172,12 +189,16 @@ def vrelu(typingctx, x):
     return x(x), codegen
 
 
+def _zero_codegen(vector):
+    def codegen(context, builder, sig, args):
+        return ir.Constant(vector, [0.0] * vector.count)
+    return codegen
+
+
 @intrinsic
 def vzero(typingctx):
     """Eight zeros."""
-    def codegen(context, builder, sig, args):
-        return ir.Constant(_VECTOR, [0.0] * WIDTH)
-    return float32x8(), codegen
+    return float32x8(), _zero_codegen(_VECTOR)
 
 
 @intrinsic
@@ -191,7 +212,6 @@ def vfma(typingctx, a, b, c):
     return a(a, b, c), codegen
 
 
-wfma = vfma
 wstore = vstore
 
 
@@ -204,36 +224,25 @@ def wload(typingctx, array, index):
 @intrinsic
 def wsplat(typingctx, array, index):
     """array[index] in all sixteen lanes."""
-    def codegen(context, builder, sig, args):
-        value = builder.load(_element_pointer(context, builder, sig.args[0], args[0], args[1]))
-        return _splat(builder, value, _WIDE_VECTOR)
-    return float32x16(array, index), codegen
+    return float32x16(array, index), _splat_codegen(_WIDE_VECTOR)
 
 
 @intrinsic
 def wfull(typingctx, value):
     """The float32 ``value`` in all sixteen lanes."""
-    def codegen(context, builder, sig, args):
-        return _splat(builder, args[0], _WIDE_VECTOR)
-    return float32x16(types.float32), codegen
+    return float32x16(types.float32), _full_codegen(_WIDE_VECTOR)
 
 
 @intrinsic
 def wramp(typingctx, start, step):
     """start + lane * step for lanes 0 .. 15 (float32 arithmetic)."""
-    def codegen(context, builder, sig, args):
-        lanes = ir.Constant(_WIDE_VECTOR, [float(i) for i in range(2 * WIDTH)])
-        return builder.fadd(_splat(builder, args[0], _WIDE_VECTOR),
-                            builder.fmul(lanes, _splat(builder, args[1], _WIDE_VECTOR)))
-    return float32x16(types.float32, types.float32), codegen
+    return float32x16(types.float32, types.float32), _ramp_codegen(_WIDE_VECTOR)
 
 
 @intrinsic
 def wzero(typingctx):
     """Sixteen zeros."""
-    def codegen(context, builder, sig, args):
-        return ir.Constant(_WIDE_VECTOR, [0.0] * (2 * WIDTH))
-    return float32x16(), codegen
+    return float32x16(), _zero_codegen(_WIDE_VECTOR)
 
 
 def _lanewise(instruction, name, doc):

@@ -4,8 +4,8 @@ For the shapes Winograd convolution makes (tiles x channels times channels x out
 32-64 channels) OpenBLAS runs at about a third of its peak: each call packs its operands and
 the reduction is too short to pay for it. Here a block of 6 rows x 16 columns of ``c`` stays in
 twelve vector registers while the reduction runs over ``k`` (:mod:`.simd`), at 1.6-1.7x
-OpenBLAS's speed on those shapes. With AVX-512 (:data:`~.simd.WIDE`) blocks of 12 or 6 rows x
-32 columns in sixteen-lane vectors come first (24 or 12 of the 32 zmm registers): on a
+OpenBLAS's speed on those shapes. With AVX-512 (:data:`~.simd.WIDE`) blocks of 12, 8 or 6 rows
+x 32 columns in sixteen-lane vectors come first (24, 16 or 12 of the 32 zmm registers): on a
 Sapphire Rapids core 136-142 against 86-90 GFLOP/s for the forward shapes (3600 x 32 times
 32 x 32), 144 against 59-64 for the weight gradient's (32 x 3600 times 3600 x 32).
 
@@ -247,7 +247,7 @@ def batched_gemm_narrow(a, a_off, a_batch, lda, ak, b, b_off, b_batch, ldb, c, c
 @njit(cache=True, nogil=True)
 def batched_gemm_wide(a, a_off, a_batch, lda, ak, b, b_off, b_batch, ldb, c, c_off, c_batch, ldc,
                       batch, m, k, n):
-    """:func:`batched_gemm_narrow` with 12 x 32 and 6 x 32 blocks of sixteen-lane vectors first
+    """:func:`batched_gemm_narrow` with 12, 8 or 6 x 32 blocks of sixteen-lane vectors first
     (the same bits: the same chain for every element)."""
     wide_n = n - n % 32
     for t in range(batch):

@@ -8,7 +8,7 @@ import numpy as np
 from ..blob import Blob
 from ..errors import LayerSetupError
 from ..fillers import fill
-from ..kernels.relu import relu_backward
+from ..kernels.relu import relu_backward, relu_forward
 from ..proto.io import blob_to_array
 from ..random import new_rng
 
@@ -56,6 +56,13 @@ class Layer:
         pick another element. Layers with faster, not bit-identical arithmetic (Winograd
         convolution) use it only when no later layer of the net selects by value."""
         return False
+
+    def relu_on_top_of(self, y):
+        """y (a C-contiguous range of this layer's top) through the ReLU the Net fused into
+        this forward (``relu_on_top``), as the ReLU layer's own pass computes it; else nothing."""
+        if self.relu_on_top:
+            flat = y.reshape(-1)
+            relu_forward(flat, flat)
 
     def mask_relu_below(self, bottom, index, lo, hi):
         """Images lo..hi of bottom ``index``'s diff times (its data > 0), if the Net fused the

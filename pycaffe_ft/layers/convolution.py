@@ -335,8 +335,7 @@ class ConvolutionLayer(BaseConvolutionLayer):
                         out = y[lo:hi]
                     if self.bias_term:
                         out += bias.reshape(-1, 1) if hi - lo == 1 else bias.reshape(1, -1, 1)
-                    if self.relu_on_top:
-                        np.maximum(out, np.float32(0.0), out=out)  # relu_forward's rule, NaN kept
+                self.relu_on_top_of(y[lo:hi])
             run_chunks(chunk, chunks)
 
     def _direct_forward(self, bottom, top):

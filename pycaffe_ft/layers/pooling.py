@@ -7,7 +7,6 @@ import numpy as np
 from ..aligned import aligned_empty
 from ..intra_op import for_images
 from ..kernels import pooling as K
-from ..kernels.relu import relu_forward
 from ..proto import caffe_pb2
 from ..registry import LAYERS
 from .base import Layer
@@ -108,14 +107,14 @@ class PoolingLayer(Layer):
 
             def images(lo, hi):
                 K.max_pool_forward(*self._geometry(x, lo, hi), y[lo:hi].reshape(-1), mask[lo:hi].reshape(-1))
-                self._fused_relu(y[lo:hi])
+                self.relu_on_top_of(y[lo:hi])
             for_images(images, x.shape[0], x[0].size, _SERIAL_BELOW)
         else:
             x, y = bottom[0].data, top[0].data
 
             def images(lo, hi):
                 K.ave_pool_forward(*self._geometry(x, lo, hi), y[lo:hi].reshape(-1))
-                self._fused_relu(y[lo:hi])
+                self.relu_on_top_of(y[lo:hi])
             for_images(images, x.shape[0], x[0].size, _SERIAL_BELOW)
 
     fuses_relu_backward = True  # every method overwrites the bottom diff (see Layer)
@@ -125,11 +124,6 @@ class PoolingLayer(Layer):
         """MAX and AVE pooling apply a following in-place ReLU to each range of images while
         its outputs are in cache (see Layer.fuses_relu); the argmax mask is unchanged."""
         return self.method in (_P.MAX, _P.AVE)
-
-    def _fused_relu(self, y):
-        if self.relu_on_top:
-            flat = y.reshape(-1)
-            relu_forward(flat, flat)
 
     def _geometry(self, x, lo, hi):
         """Forward kernel arguments for images [lo, hi) of x (N, C, H, W): the flat input,
