@@ -18,6 +18,7 @@ import numpy as np
 from numba import njit
 
 from .simd import vadd, vfull, vload, vmul, vrelu, vstore, vsub, vtranspose
+from .small_gemm import batched_gemm
 
 _at = np.uint64  # unsigned offsets: no negative-index wraparound test, so the loops vectorize
 
@@ -385,6 +386,37 @@ def tile_inverse(prod, num, channels, kind, alpha, tiles_h, tiles_w, half, dst):
             for u in range(2):
                 _line(kind, half, u * alpha * run, run, dst,
                       (n * 2 * tiles_h + 2 * i + u) * out_w * channels, run, run)
+
+
+@njit(cache=True, nogil=True)
+def convolve_images(x, num, step, channels, height, width, top, left, padded_h, padded_w, in_kind,
+                    alpha, tiles_h, tiles_w, u, groups, out_channels, out_kind, out_h, out_w, bias,
+                    use_bias, relu, y, image, rows, v, prod, half, result):
+    """y (N, K, out_h, out_w) = the stride-1 convolution of x (N, C, H, W), both flat, placed
+    at row ``top``, column ``left`` of a zero (padded_h, padded_w) image, with the transformed
+    weights u (alpha^2, groups, C/groups, K/groups), + bias, through a ReLU with ``relu``
+    (:func:`from_channels_last`): ``step`` images at a time through :func:`to_channels_last`,
+    :func:`tile_transform`, the per-position products
+    (:func:`~pycaffe_ft.kernels.small_gemm.batched_gemm`), :func:`tile_inverse` and
+    :func:`from_channels_last`, so that one image's tiles and products stay in the core's
+    cache between the steps. Scratch for ``step`` images: ``image``, ``rows``, ``v``,
+    ``prod``, ``half``, ``result`` (sizes as those functions ask). Each output's bits do not
+    depend on ``step``."""
+    ci, co = channels // groups, out_channels // groups
+    tiles = tiles_h * tiles_w
+    for lo in range(0, num, step):
+        n = min(step, num - lo)
+        count = n * tiles
+        to_channels_last(x[lo * channels * height * width:], n, channels, height, width, top, left,
+                         padded_h, padded_w, image)
+        tile_transform(image, n, padded_h, padded_w, channels, in_kind, alpha, alpha, tiles_h, tiles_w,
+                       rows, v)
+        for gi in range(groups):
+            batched_gemm(v, gi * ci, count * channels, channels, 1, u, gi * ci * co, groups * ci * co, co,
+                         prod, gi * co, count * out_channels, out_channels, alpha * alpha, count, ci, co)
+        tile_inverse(prod, n, out_channels, out_kind, alpha, tiles_h, tiles_w, half, result)
+        from_channels_last(result, n, out_channels, 2 * tiles_h, 2 * tiles_w, out_h, out_w, bias, use_bias,
+                           relu, y[lo * out_channels * out_h * out_w:])
 
 
 @njit(cache=True, nogil=True)

@@ -46,6 +46,11 @@ SMALL_WEIGHT_PRODUCTS = 64 * 64
 over the tiles, the input channels a multiple of 8): 32 x 32 at 28-31 against 18 GFLOP/s
 (OpenBLAS), 64 x 32 at 35 against 22; 128 x 48 no better."""
 
+STEP_VALUES = 1 << 17
+"""Transformed values (images x tiles x positions x channels) a step of the convolution pipeline
+(:func:`~pycaffe_ft.kernels.winograd.convolve_images`) works on, so that they stay in the core's
+cache from the transform to the products and back."""
+
 MIN_OUTPUTS = 256
 """Below this many output positions per pass (images x height x width), transforming the
 weights (every pass: they may have changed) costs more than Winograd saves: ResNet-50's
@@ -193,24 +198,32 @@ class Winograd:
         weights u (alpha^2, group, C_in/g, C_out/g), through a ReLU with ``relu``."""
         n, a, g = x.shape[0], self.alpha, self.group
         tiles = self._tiles(out_hw)
+        ci, co = in_channels // g, out_channels // g
+        use_bias = bias is not None
+        if self.fast_products(ci, co):  # the whole pipeline in one kernel, a few images a step
+            per_image = a * a * tiles[0] * tiles[1] * max(in_channels, out_channels)
+            step = max(1, min(n, STEP_VALUES // per_image))
+            th, tw = tiles
+            ph_, pw_ = 2 * (th - 1) + a, 2 * (tw - 1) + a
+            count = step * th * tw
+            result = scratch('wg_out', step * 4 * th * tw * out_channels)
+            kernels.convolve_images(
+                x.reshape(-1), n, step, in_channels, in_hw[0], in_hw[1], pad[0], pad[1], ph_, pw_, self.in_kind,
+                a, th, tw, u.reshape(-1), g, out_channels, self.out_kind, out_hw[0], out_hw[1],
+                bias if use_bias else result[:1], use_bias, relu, out.reshape(-1),
+                scratch('wg_tiles_image', step * ph_ * pw_ * in_channels), scratch('wg_rows', ph_ * a * tw * in_channels),
+                scratch('wg_tiles', a * a * count * in_channels), scratch('wg_prod', a * a * count * out_channels),
+                scratch('wg_half', 2 * a * tw * out_channels), result)
+            return
         count = n * tiles[0] * tiles[1]
         v = self._input_tiles(x, in_channels, in_hw, pad, tiles, 'wg_tiles')
         prod = scratch('wg_prod', a * a * count * out_channels).reshape(a * a, count, out_channels)
-        ci, co = in_channels // g, out_channels // g
-        if self.fast_products(ci, co):
+        for xi in range(a * a):
             for gi in range(g):
-                batched_gemm(v.reshape(-1), gi * ci, count * in_channels, in_channels, 1,
-                             u.reshape(-1), gi * ci * co, g * ci * co, co,
-                             prod.reshape(-1), gi * co, count * out_channels, out_channels,
-                             a * a, count, ci, co)
-        else:
-            for xi in range(a * a):
-                for gi in range(g):
-                    gemm(v[xi, :, gi * ci:(gi + 1) * ci], u[xi, gi], prod[xi, :, gi * co:(gi + 1) * co])
+                gemm(v[xi, :, gi * ci:(gi + 1) * ci], u[xi, gi], prod[xi, :, gi * co:(gi + 1) * co])
         result = scratch('wg_out', n * 4 * tiles[0] * tiles[1] * out_channels)
         kernels.tile_inverse(prod.reshape(-1), n, out_channels, self.out_kind, a, tiles[0], tiles[1],
                              scratch("wg_half", 2 * a * tiles[1] * out_channels), result)
-        use_bias = bias is not None
         kernels.from_channels_last(result, n, out_channels, 2 * tiles[0], 2 * tiles[1], out_hw[0],
                                    out_hw[1], bias if use_bias else result[:1], use_bias, relu,
                                    out.reshape(-1))

@@ -1,6 +1,8 @@
 """Winograd convolution: the written-out transforms against their exact derivation, the
 results against a float64 NumPy convolution, thread-count independence, and when
 ConvolutionLayer uses it."""
+import sys
+
 import numpy as np
 import pytest
 
@@ -118,6 +120,18 @@ def test_the_bits_do_not_depend_on_the_thread_count(restore_threads):
     for one, two in zip(*results):
         assert np.array_equal(one, two)
 
+
+
+@pytest.mark.parametrize('geometry', [GEOMETRIES[1], GEOMETRIES[3]])
+def test_the_bits_do_not_depend_on_the_images_a_pipeline_step(monkeypatch, geometry):
+    """convolve_images takes a few images at a time (STEP_VALUES): one image a step or all
+    of them in one give the same forward and bottom diff."""
+    results = []
+    for values in (1, 1 << 30):
+        monkeypatch.setattr(sys.modules[Winograd.__module__], 'STEP_VALUES', values)
+        results.append(_run(geometry)[:2])
+    for one, all_at_once in zip(*results):
+        assert np.array_equal(one, all_at_once)
 
 NET = '''
 layer { name: "data" type: "Input" top: "data" input_param { shape { dim: 4 dim: %(channels)d dim: 10 dim: 10 } } }
