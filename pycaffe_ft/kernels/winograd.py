@@ -420,6 +420,40 @@ def convolve_images(x, num, step, channels, height, width, top, left, padded_h, 
 
 
 @njit(cache=True, nogil=True)
+def weight_products(x, dy, num, step, channels, height, width, top, left, padded_h, padded_w, in_kind,
+                    diff_kind, alpha, tiles_h, tiles_w, out_channels, out_h, out_w, groups, part,
+                    image, rows, vx, diff_image, diff_rows, vg, more):
+    """part (alpha^2, groups, K/groups, C/groups) = the products of the weight gradient summed
+    over the tiles of the images x (N, C, H, W) and top diffs dy (N, K, out_h, out_w), both
+    flat: per position and group, the transformed top-diff tiles (:data:`DIFF_6`/:data:`DIFF_4`
+    of 2 x 2 tiles) transposed times the transformed input windows (placed as
+    :func:`convolve_images` places them), ``step`` images at a time, each step's products
+    (in ``more`` after the first) added to ``part``. Scratch for ``step`` images: ``image``,
+    ``rows``, ``vx`` (input side), ``diff_image``, ``diff_rows``, ``vg`` (top side), ``more``
+    (part's size)."""
+    ci, co = channels // groups, out_channels // groups
+    tiles = tiles_h * tiles_w
+    for lo in range(0, num, step):
+        n = min(step, num - lo)
+        count = n * tiles
+        to_channels_last(x[lo * channels * height * width:], n, channels, height, width, top, left,
+                         padded_h, padded_w, image)
+        tile_transform(image, n, padded_h, padded_w, channels, in_kind, alpha, alpha, tiles_h, tiles_w,
+                       rows, vx)
+        to_channels_last(dy[lo * out_channels * out_h * out_w:], n, out_channels, out_h, out_w, 0, 0,
+                         2 * tiles_h, 2 * tiles_w, diff_image)
+        tile_transform(diff_image, n, 2 * tiles_h, 2 * tiles_w, out_channels, diff_kind, alpha, 2, tiles_h,
+                       tiles_w, diff_rows, vg)
+        into = part if lo == 0 else more
+        for gi in range(groups):  # into[xi, gi] = vg[xi, :, group gi].T @ vx[xi, :, group gi]
+            batched_gemm(vg, gi * co, count * out_channels, 1, out_channels, vx, gi * ci, count * channels,
+                         channels, into, gi * co * ci, groups * co * ci, ci, alpha * alpha, co, count, ci)
+        if lo > 0:
+            for i in range(part.size):
+                part[i] += more[i]
+
+
+@njit(cache=True, nogil=True)
 def weight_tiles(w, g_matrix, groups, flip, out):
     """out[p*alpha + q, group, c, o] = (G w[o, c] G^T)[p, q] in float64, rounded once, for the
     weights w (K, C/groups, r, r) and G = ``g_matrix`` (alpha, r), o within its group; with

@@ -124,14 +124,20 @@ def test_the_bits_do_not_depend_on_the_thread_count(restore_threads):
 
 @pytest.mark.parametrize('geometry', [GEOMETRIES[1], GEOMETRIES[3]])
 def test_the_bits_do_not_depend_on_the_images_a_pipeline_step(monkeypatch, geometry):
-    """convolve_images takes a few images at a time (STEP_VALUES): one image a step or all
-    of them in one give the same forward and bottom diff."""
+    """The pipelines take a few images at a time (STEP_VALUES): one image a step or all of
+    them in one give the same forward and bottom diff, and weight gradients that differ only
+    in how the tiles' products were summed (each as close to float64 as
+    test_results_match_a_float64_convolution asks)."""
     results = []
     for values in (1, 1 << 30):
         monkeypatch.setattr(sys.modules[Winograd.__module__], 'STEP_VALUES', values)
-        results.append(_run(geometry)[:2])
-    for one, all_at_once in zip(*results):
-        assert np.array_equal(one, all_at_once)
+        results.append(_run(geometry))
+    (y, dx, dw), (y_all, dx_all, dw_all) = results
+    assert np.array_equal(y, y_all) and np.array_equal(dx, dx_all)
+    plan, x, w, dy, _, _ = _case(geometry)
+    ref = _direct_gradients(x, w, dy.astype(np.float64), plan.pad, plan.group)[1]
+    for ours in (dw, dw_all):
+        assert np.abs(ours - ref).max() <= (5e-7 if plan.r == 3 else 5e-6) * np.abs(ref).max()
 
 NET = '''
 layer { name: "data" type: "Input" top: "data" input_param { shape { dim: 4 dim: %(channels)d dim: 10 dim: 10 } } }
