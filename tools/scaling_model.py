@@ -17,8 +17,11 @@ Predicted per iteration, for P ranks:
              back), plus a ring over the N = P / R leaders with the inter-node alpha and beta
   overlap  = buckets (as the trainer cuts them) start when backward has passed their last layer
              and go one after another; only what runs past the end of backward is exposed.
-  oversubscribed (P ranks on C < P cores, as 4 ranks on this 2-core machine): compute is
-             time-shared, x P / C, and the reduction of a rank waits for the slowest.
+  oversubscribed (P ranks on C < P cores, as 4 ranks on this 2-core machine): compute and
+             read x the factor measured with P processes stepping at once (the slowest of
+             them against one alone: about P / C, plus what sharing a core's caches and the
+             switches add), and the ring with alpha and beta fitted to a P-rank allreduce
+             here (a rank's partner may be waiting for a core when its message comes).
 Efficiency = compute at one rank / iteration time; speedup = P x efficiency.
 
 Cluster figures are assumptions given on the command line (defaults: 32 ranks per node,
@@ -53,7 +56,7 @@ SIZES = [1 << k for k in (10, 13, 16, 18, 20, 22)]  # float32 elements
 
 
 def mpi_probe():
-    """Under mpiexec -n 2: time float32 Allreduce for SIZES; rank 0 prints JSON."""
+    """Under mpiexec -n P: time float32 Allreduce for SIZES; rank 0 prints JSON."""
     from mpi4py import MPI
     comm = MPI.COMM_WORLD
     out = {}
@@ -71,10 +74,13 @@ def mpi_probe():
         print(json.dumps(out))
 
 
-def measure_allreduce():
-    """(alpha seconds, beta bytes/s) from a 2-rank run: t = 2 alpha + S / beta."""
+def measure_allreduce(ranks=2):
+    """(alpha seconds, beta bytes/s, {size: seconds}) from a run of ``ranks`` ranks on this
+    machine, fitted to the ring, t = 2 (P - 1) alpha + 2 (P - 1) / P x S / beta (at P = 2:
+    2 alpha + S / beta). With more ranks than cores the fit takes in what time-sharing adds
+    (a rank's partner may wait for a core before it answers)."""
     from pycaffe_ft.parallel.launcher import mpiexec_command
-    cmd = mpiexec_command(2, [], ft=True)[:-3] + [sys.executable, os.path.abspath(__file__), '--mpi-probe']
+    cmd = mpiexec_command(ranks, [], ft=True)[:-3] + [sys.executable, os.path.abspath(__file__), '--mpi-probe']
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600,
                           env=dict(os.environ, OPENBLAS_NUM_THREADS='1'))
     line = [l for l in proc.stdout.splitlines() if l.startswith('{')]
@@ -82,8 +88,9 @@ def measure_allreduce():
         raise SystemExit('allreduce probe failed: %s' % proc.stderr[-2000:])
     times = {int(k): v for k, v in json.loads(line[-1]).items()}
     small, large = min(times), max(times)
-    alpha = times[small] / 2  # a 4 KB message costs its latency: t = 2 alpha at P = 2
-    beta = large * 4 / max(times[large] - 2 * alpha, 1e-9)
+    steps = 2 * (ranks - 1)
+    alpha = times[small] / steps  # a 4 KB message costs its latency
+    beta = steps / ranks * large * 4 / max(times[large] - steps * alpha, 1e-9)
     return alpha, beta, times
 
 
@@ -127,20 +134,22 @@ def measure_compute(key, batch):
             times['backward_ms'] / 1e3)
 
 
-def measure_contention(key, batch, rounds=3):
-    """Solver step time of the slower of two processes stepping at once / one alone (this
-    machine): the median over ``rounds`` of (alone, together) pairs, so that drift of a shared
-    machine cancels. The processes time only the step (nothing else of :func:`measure_compute`
-    that one of them could still be running while the other steps)."""
+def measure_contention(key, batch, rounds=3, procs=2):
+    """Solver step time of the slowest of ``procs`` processes stepping at once / one alone
+    (this machine): the median over ``rounds`` of (alone, together) pairs, so that drift of a
+    shared machine cancels. The processes time only the step (nothing else of
+    :func:`measure_compute` that one of them could still be running while the others step).
+    With more processes than cores this is the time-shared factor itself (about procs / cores,
+    and what sharing a core's caches and the switches between processes add)."""
     code = ('import sys; sys.path.insert(0, %r); sys.path.insert(0, %r); import scaling_model as m; '
             'print(m.measure_step(%r, %d))' % (HERE, ROOT, key, batch))
     env = dict(os.environ, PYCAFFE_FT_NUM_THREADS='1', OPENBLAS_NUM_THREADS='1')
     ratios = []
     for _ in range(rounds):
         alone = float(subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, env=env).stdout)
-        procs = [subprocess.Popen([sys.executable, '-c', code], stdout=subprocess.PIPE, text=True, env=env)
-                 for _ in range(2)]
-        ratios.append(max(float(p.communicate()[0]) for p in procs) / alone)
+        procs_ = [subprocess.Popen([sys.executable, '-c', code], stdout=subprocess.PIPE, text=True, env=env)
+                  for _ in range(procs)]
+        ratios.append(max(float(p.communicate()[0]) for p in procs_) / alone)
     return statistics.median(ratios)
 
 
@@ -190,10 +199,15 @@ def exposed(p, net, a, overlap):
 
 
 def iteration(p, net, a, overlap, cores=None):
+    """Predicted seconds per iteration at p ranks. On ``cores`` < p cores (oversubscribed),
+    compute and read are slowed by the factor measured with p processes stepping at once
+    (net['shared'][p]), and ``a`` should hold the allreduce fitted at p ranks here."""
     step = net['compute_buckets' if overlap and p > 1 else 'compute']
-    compute = step * (net['contention'] if p > 1 else 1.0) + (net['data'] if p > 1 else 0.0)
+    read = net['data'] if p > 1 else 0.0
     if cores and p > cores:
-        compute *= p / cores
+        compute = (step + read) * net['shared'][p]
+    else:
+        compute = step * (net['contention'] if p > 1 else 1.0) + read
     return compute + exposed(p, net, a, overlap)
 
 
@@ -217,20 +231,28 @@ def main():
     a = dict(alpha_node=alpha if args.node_latency_us is None else args.node_latency_us * 1e-6,
              beta_node=beta if args.node_gbps is None else args.node_gbps * 1e9 / 8,
              alpha_net=args.net_latency_us * 1e-6, beta_net=args.net_gbps * 1e9 / 8, R=args.ranks_per_node)
+    measured = json.load(open(args.measured)) if args.measured else {}
+    # more ranks than this machine's 2 cores, as measured: their time-shared compute and
+    # allreduce are measured here at that count too
+    over = sorted({4 for rows in measured.values() for label in rows if label.startswith('4 ranks')})
+    fitted = {p: measure_allreduce(p)[:2] for p in over}
+    for p, (alpha_p, beta_p) in fitted.items():
+        print('allreduce here (%d ranks on 2 cores, oversubscribed): alpha %.1f us, beta %.2f GB/s' % (p, alpha_p * 1e6, beta_p / 1e9))
     nets = {}
     for name in args.nets.split(','):
         key, batch = NETS[name]
         compute, compute_buckets, floats, buckets, backward = measure_compute(key, batch)
         # two processes cannot compute faster than one: a measured factor below 1 is noise
         nets[name] = dict(compute=compute, compute_buckets=compute_buckets, size=floats * 4, buckets=buckets, backward=backward,
-                          contention=max(1.0, measure_contention(key, batch)), data=measure_data_read(name, batch))
+                          contention=max(1.0, measure_contention(key, batch)), data=measure_data_read(name, batch),
+                          shared={p: measure_contention(key, batch, procs=p) for p in over})
         n = nets[name]
         print('%-14s b%-3d compute %.1f ms (in buckets %.1f; backward %.1f), gradients %.2f MB in %d buckets, contention x%.2f, '
               'data read %.1f ms' % (name, batch, compute * 1e3, compute_buckets * 1e3, backward * 1e3, n['size'] / 1e6, len(buckets),
-                                     n['contention'], n['data'] * 1e3), flush=True)
+                                     n['contention'], n['data'] * 1e3) +
+              ''.join(', %d processes at once x%.2f' % kv for kv in n['shared'].items()), flush=True)
     here = dict(a, R=2, hierarchy='flat', alpha_net=alpha, beta_net=beta)
-    if args.measured:
-        measured = json.load(open(args.measured))
+    if measured:
         print('\n### Predicted against measured on this machine (2 cores)\n')
         print('| net | configuration | predicted ms/iter | measured ms/iter | error |')
         print('|---|---|---|---|---|')
@@ -246,7 +268,9 @@ def main():
                 if label not in rows:  # not measured (bench_scaling.py --only ...)
                     continue
                 got = statistics.median(r[0] for r in rows[label])
-                want = iteration(p, nets[name], here, overlap, cores=2) * 1e3
+                fit = dict(here, alpha_node=fitted[p][0], beta_node=fitted[p][1], alpha_net=fitted[p][0],
+                           beta_net=fitted[p][1]) if p in fitted else here
+                want = iteration(p, nets[name], fit, overlap, cores=2) * 1e3
                 print('| %s | %s | %.1f | %.1f | %+.0f%% |' % (name, label, want, got, 100 * (want - got) / got))
     print('\n### Predicted for a cluster (%d ranks per node, inter-node %.0f Gb/s, %.0f us; intra-node %.1f Gb/s, '
           '%.0f us)\n' % (args.ranks_per_node, args.net_gbps, args.net_latency_us, a['beta_node'] * 8 / 1e9,

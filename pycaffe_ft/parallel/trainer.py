@@ -35,6 +35,7 @@ from ..log import logger
 from ..solvers.solver import NONE, SNAPSHOT, STOP, Solver
 from .buckets import BucketedReduction, Levels, bucket_elements, plan_buckets
 from .comm import ProcessFailure
+from .node_shared import SharedSlots, shared_sum_wanted
 from .ordered import WorkerOrderReduction
 from .workers import assign, reassign, record_of
 
@@ -85,6 +86,7 @@ class DataParallelSolver(Solver):
         self.deterministic = deterministic
         self._levels_what = 'levels built at the next reduction'
         self._kept, self._buffers = {}, {}
+        self._slots, self._slots_key = None, None
         self.overlap = overlap and not deterministic
         per_bucket = bucket_elements(self.net.param_diff.size, bucket_mb)
         self.buckets = plan_buckets(self.net, per_bucket)
@@ -397,7 +399,7 @@ class DataParallelSolver(Solver):
             return self._gradients['fold'], self._pack()
         if self.ordered:
             reduction = WorkerOrderReduction(self.comm, self.hosting, self.V, self.net.param_diff.size, self._buffers,
-                                             self._on_post)
+                                             self._on_post, self._shared_slots())
             try:
                 return reduction.finish(self._gradients, self._pack())
             finally:
@@ -411,6 +413,23 @@ class DataParallelSolver(Solver):
             return reduction.finish(self._pack())
         finally:
             self.comm_wait_s += reduction.waited_s
+
+    def _shared_slots(self):
+        """The shared-memory slots of the worker-order sum (built, collectively, on first use and
+        whenever the members or their workers change), or None: one rank, turned off, or not
+        every rank on this node."""
+        if self.comm.size == 1 or not shared_sum_wanted():
+            return None
+        rows = [len(self.hosting[m]) for m in self.comm.members]
+        key = (tuple(self.comm.members), tuple(rows))
+        if key != self._slots_key:
+            self._slots = None  # the old mapping goes with its last view
+            self._slots = SharedSlots.build(self.comm, self.net.param_diff.size, rows, key)
+            self._slots_key = key
+            logger.info('Worker-order sum over %d ranks: %s', self.comm.size,
+                        'through shared memory (every rank on this node)' if self._slots is not None
+                        else 'by MPI exchanges')
+        return self._slots
 
     def _apply_batchnorm(self, flat):
         """Every rank applies all workers' statistics in worker order: replicas stay identical."""
