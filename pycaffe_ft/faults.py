@@ -2,7 +2,7 @@
 
 Configured by ``inject(specs)`` or the environment variable ``PYCAFFE_FT_INJECT_FAULT``
 ("RANK:ITER[:PHASE]", several separated by commas; RANK is the original MPI rank, 0 when
-serial; PHASE one of forward, backward, bucket (a gradient bucket in flight: --overlap on or
+serial; PHASE one of start (before the ranks' first collective, iteration 0), forward, backward, bucket (a gradient bucket in flight: --overlap on or
 two levels), allgather (the sum in worker order: segments exchanged, not yet gathered), node
 (a bucket in flight to the node leader, two-level reduction), leader (a bucket in flight
 among the node leaders: only a leader dies there), allreduce, agree (between a collective and
@@ -18,7 +18,7 @@ import time
 
 __all__ = ['inject', 'check', 'PHASES', 'parse_spec', 'warn_unfired', 'impossible']
 
-PHASES = ('forward', 'backward', 'bucket', 'allgather', 'node', 'leader', 'allreduce', 'agree', 'snapshot', 'test',
+PHASES = ('start', 'forward', 'backward', 'bucket', 'allgather', 'node', 'leader', 'allreduce', 'agree', 'snapshot', 'test',
           'broadcast', 'regrow')
 _specs = []
 _rank = [0]
@@ -79,11 +79,13 @@ def impossible(specs, ranks, param, parallel=True, two_level=False, regrow=False
             reason = 'phase regrow happens only with --regrow'
         elif iteration >= param.max_iter and phase != 'snapshot' and not (phase == 'test' and iteration == param.max_iter):
             reason = 'training ends at iteration %d' % param.max_iter
-        elif not parallel and phase in ('bucket', 'allgather', 'node', 'leader', 'allreduce', 'agree', 'broadcast',
+        elif not parallel and phase in ('start', 'bucket', 'allgather', 'node', 'leader', 'allreduce', 'agree', 'broadcast',
                                         'test', 'forward', 'backward', 'regrow'):
             reason = 'phase %s is checked only in data-parallel runs' % phase
         elif phase == 'broadcast' and iteration != 0:
             reason = 'weights are broadcast only at iteration 0'
+        elif phase == 'start' and iteration != 0:
+            reason = 'the ranks start only at iteration 0'
         elif phase in ('node', 'leader') and not (two_level and bucketed):
             reason = 'phase %s exists only in a two-level reduction (--ranks-per-node, or several nodes)' % phase
         elif phase == 'bucket' and not bucketed:

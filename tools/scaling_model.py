@@ -21,7 +21,8 @@ Predicted per iteration, for P ranks:
              read x the factor measured with P processes stepping at once (the slowest of
              them against one alone: about P / C, plus what sharing a core's caches and the
              switches add), and the ring with alpha and beta fitted to a P-rank allreduce
-             here (a rank's partner may be waiting for a core when its message comes).
+             here (a rank's partner may be waiting for a core when its message comes);
+             overlap hides nothing there (no idle core to move the buckets).
 Efficiency = compute at one rank / iteration time; speedup = P x efficiency.
 
 Cluster figures are assumptions given on the command line (defaults: 32 ranks per node,
@@ -201,13 +202,14 @@ def exposed(p, net, a, overlap):
 def iteration(p, net, a, overlap, cores=None):
     """Predicted seconds per iteration at p ranks. On ``cores`` < p cores (oversubscribed),
     compute and read are slowed by the factor measured with p processes stepping at once
-    (net['shared'][p]), and ``a`` should hold the allreduce fitted at p ranks here."""
+    (net['shared'][p]), ``a`` should hold the allreduce fitted at p ranks here, and overlap
+    hides nothing: moving a bucket (TCP copies, MPI progress) takes CPU time that every core is
+    already busy with, so the whole reduction counts."""
     step = net['compute_buckets' if overlap and p > 1 else 'compute']
     read = net['data'] if p > 1 else 0.0
-    if cores and p > cores:
-        compute = (step + read) * net['shared'][p]
-    else:
-        compute = step * (net['contention'] if p > 1 else 1.0) + read
+    if cores and p > cores:  # no idle core to move a bucket while the others compute
+        return (step + read) * net['shared'][p] + exposed(p, net, a, False)
+    compute = step * (net['contention'] if p > 1 else 1.0) + read
     return compute + exposed(p, net, a, overlap)
 
 

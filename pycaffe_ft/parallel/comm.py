@@ -17,6 +17,7 @@ import time
 
 import numpy as np
 
+from .. import faults
 from ..errors import CaffeError
 from . import join
 
@@ -219,12 +220,42 @@ class ULFMComm(MPIComm):
             self.spawned.append(JOINING['parent'])
             self.rank, self.size, self.members = self.comm.Get_rank(), self.comm.Get_size(), None
             return
-        self.comm = MPI.COMM_WORLD.Dup()
+        world = MPI.COMM_WORLD
+        world.Set_errhandler(MPI.ERRORS_RETURN)
+        self.world_rank = world.Get_rank()
+        self.launched_size = world.Get_size()  # the ranks the job was started with
+        self.next_id = world.Get_size()  # the identity of the next replacement
+        faults.set_rank(self.world_rank)
+        faults.check('start', 0)
+        self.comm = self._first_comm(world)
         self.comm.Set_errhandler(MPI.ERRORS_RETURN)
-        self.world_rank = MPI.COMM_WORLD.Get_rank()
-        self.next_id = MPI.COMM_WORLD.Get_size()  # the identity of the next replacement
         self._call(self._refresh)
+        self.lost_at_start = sorted(set(range(self.launched_size)) - set(self.members))
         self._call(self._gather_processes)
+
+    def _first_comm(self, world):
+        """COMM_WORLD's duplicate, or, where a rank died while the job started (Open MPI's own
+        start-up has crashed a rank here, rarely), the survivors' shrunk copy of COMM_WORLD:
+        they go on as after any failure, hosting the dead rank's workers. A Dup can succeed at
+        some ranks and fail at others, so every survivor acknowledges the failures it knows of
+        and they Agree on whether every Dup succeeded before using one."""
+        MPI = self.MPI
+        try:
+            dup, ok = world.Dup(), 1
+        except MPI.Exception as e:
+            if e.Get_error_class() not in (MPI.ERR_PROC_FAILED, MPI.ERR_REVOKED):
+                raise
+            dup, ok = None, 0
+        for _ in range(10):  # a failure during the Agree itself: acknowledge it and agree again
+            try:
+                world.Ack_failed()
+                ok = world.Agree(ok)
+                break
+            except MPI.Exception:
+                ok = 0
+        if ok:
+            return dup
+        return world.Shrink()  # (a Dup that succeeded here is left alone: freeing it could block)
 
     def _gather_processes(self):
         """Who is who, to end a rank excluded as hung (see recover): identity -> (host, pid,

@@ -64,7 +64,7 @@ class DataParallelSolver(Solver):
                  max_regrows=10, argv=None, **kwargs):
         self.comm = comm
         super().__init__(param, **kwargs)
-        self.V = virtual_workers or comm.size
+        self.V = virtual_workers or getattr(comm, 'launched_size', comm.size)  # ranks lost at start-up too
         self.min_ranks = min_ranks
         joining = getattr(comm, 'joining', False)
         self.hosting = {} if joining else assign(self.V, comm.members)
@@ -78,6 +78,10 @@ class DataParallelSolver(Solver):
         self.local_request = lambda: NONE  # this rank's signal requests (cli.train installs them)
         self.action_request = self._agreed_action
         self._request, self._agreed_request = NONE, NONE
+        if getattr(comm, 'lost_at_start', None):
+            logger.warning('Recovered from the failure of ranks %s at iteration 0 (start): they died while the job '
+                           'started; total 0.000s; world size now %d; workers %s', comm.lost_at_start, comm.size,
+                           self.hosting)
         self._use_worker_order(None)  # decided with the levels below
         self._setup_data_layers()
         self._setup_batchnorm()

@@ -221,7 +221,7 @@ def test_survives_three_kills_with_the_same_result(failure_free, tmp_path, mnist
     assert (ft / 'timeline.png').read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
 
 
-@pytest.mark.parametrize('faults', [['1:0:broadcast'], ['1:10:test'], ['0:10:snapshot'],
+@pytest.mark.parametrize('faults', [['1:0:start'], ['0:0:start'], ['1:0:broadcast'], ['1:10:test'], ['0:10:snapshot'],
                                     ['1:7:backward', '2:7:allreduce'], ['1:6:allgather'],
                                     ['0:12:allgather', '2:12:allgather'], ['0:5:agree', '2:9:agree']])
 def test_survives_failures_in_every_phase(failure_free, tmp_path, mnist, faults):
