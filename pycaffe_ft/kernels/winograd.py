@@ -388,6 +388,16 @@ def tile_inverse(prod, num, channels, kind, alpha, tiles_h, tiles_w, half, dst):
                       (n * 2 * tiles_h + 2 * i + u) * out_w * channels, run, run)
 
 
+@njit(cache=True, nogil=True, inline='always')
+def _input_windows(x, lo, n, channels, height, width, top, left, padded_h, padded_w, kind, alpha, tiles_h,
+                   tiles_w, image, rows, v):
+    """v = the transformed input windows of images lo .. lo + n - 1 of x (flat NCHW), placed at
+    row ``top``, column ``left`` of zero (padded_h, padded_w) images (through ``image``)."""
+    to_channels_last(x[lo * channels * height * width:], n, channels, height, width, top, left,
+                     padded_h, padded_w, image)
+    tile_transform(image, n, padded_h, padded_w, channels, kind, alpha, alpha, tiles_h, tiles_w, rows, v)
+
+
 @njit(cache=True, nogil=True)
 def convolve_images(x, num, step, channels, height, width, top, left, padded_h, padded_w, in_kind,
                     alpha, tiles_h, tiles_w, u, groups, out_channels, out_kind, out_h, out_w, bias,
@@ -407,10 +417,8 @@ def convolve_images(x, num, step, channels, height, width, top, left, padded_h, 
     for lo in range(0, num, step):
         n = min(step, num - lo)
         count = n * tiles
-        to_channels_last(x[lo * channels * height * width:], n, channels, height, width, top, left,
-                         padded_h, padded_w, image)
-        tile_transform(image, n, padded_h, padded_w, channels, in_kind, alpha, alpha, tiles_h, tiles_w,
-                       rows, v)
+        _input_windows(x, lo, n, channels, height, width, top, left, padded_h, padded_w, in_kind, alpha,
+                       tiles_h, tiles_w, image, rows, v)
         for gi in range(groups):
             batched_gemm(v, gi * ci, count * channels, channels, 1, u, gi * ci * co, groups * ci * co, co,
                          prod, gi * co, count * out_channels, out_channels, alpha * alpha, count, ci, co)
@@ -435,11 +443,9 @@ def weight_products(x, dy, num, step, channels, height, width, top, left, padded
     tiles = tiles_h * tiles_w
     for lo in range(0, num, step):
         n = min(step, num - lo)
+        _input_windows(x, lo, n, channels, height, width, top, left, padded_h, padded_w, in_kind, alpha,
+                       tiles_h, tiles_w, image, rows, vx)
         count = n * tiles
-        to_channels_last(x[lo * channels * height * width:], n, channels, height, width, top, left,
-                         padded_h, padded_w, image)
-        tile_transform(image, n, padded_h, padded_w, channels, in_kind, alpha, alpha, tiles_h, tiles_w,
-                       rows, vx)
         to_channels_last(dy[lo * out_channels * out_h * out_w:], n, out_channels, out_h, out_w, 0, 0,
                          2 * tiles_h, 2 * tiles_w, diff_image)
         tile_transform(diff_image, n, 2 * tiles_h, 2 * tiles_w, out_channels, diff_kind, alpha, 2, tiles_h,
