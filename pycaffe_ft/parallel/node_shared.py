@@ -35,8 +35,8 @@ class SharedSlots:
     workers at comm rank r), each ``size`` float32 long. Build with :meth:`build`
     (collective); :meth:`result` and :meth:`gradients` are views of rank r's areas."""
 
-    def __init__(self, key, maps, size, rows):
-        self.key, self._maps, self.size = key, maps, size
+    def __init__(self, maps, size, rows):
+        self._maps, self.size = maps, size
         self._arrays = [np.frombuffer(m, np.float32, count=(1 + n) * size) for m, n in zip(maps, rows)]
 
     def result(self, r):
@@ -48,7 +48,7 @@ class SharedSlots:
         return self._arrays[r][self.size:].reshape(-1, self.size)
 
     @classmethod
-    def build(cls, comm, size, rows, key):
+    def build(cls, comm, size, rows):
         """Collective over ``comm``: every rank makes its file, maps everyone's, then unlinks its
         own. Returns the slots, or None on every rank if any rank could not (no room, no
         /dev/shm, ranks on different nodes). A ProcessFailure from the communicator propagates
@@ -87,7 +87,7 @@ class SharedSlots:
                 ok = False
             if not _all(comm, ok):  # everyone has mapped (or given up): the names can go
                 return None
-            return cls(key, maps, size, rows)
+            return cls(maps, size, rows)
         finally:
             if made:
                 try:

@@ -428,7 +428,7 @@ class DataParallelSolver(Solver):
         key = (tuple(self.comm.members), tuple(rows))
         if key != self._slots_key:
             self._slots = None  # the old mapping goes with its last view
-            self._slots = SharedSlots.build(self.comm, self.net.param_diff.size, rows, key)
+            self._slots = SharedSlots.build(self.comm, self.net.param_diff.size, rows)
             self._slots_key = key
             logger.info('Worker-order sum over %d ranks: %s', self.comm.size,
                         'through shared memory (every rank on this node)' if self._slots is not None

@@ -35,7 +35,7 @@ def test_through_shared_memory_the_sum_has_the_same_bits():
     hosting, extras = {0: [2, 0, 1]}, rng.standard_normal(5)
     by_mpi = WorkerOrderReduction(SerialComm(), hosting, 3, 1001, {}).finish(grads, extras)
     before = set(os.listdir(node_shared.SHM_DIR))
-    slots = SharedSlots.build(SerialComm(), 1001, [3], key=None)
+    slots = SharedSlots.build(SerialComm(), 1001, [3])
     assert slots is not None and slots.gradients(0).shape == (3, 1001)
     assert set(os.listdir(node_shared.SHM_DIR)) <= before  # mapped, and the names removed
     shared = WorkerOrderReduction(SerialComm(), hosting, 3, 1001, {}, shared=slots).finish(grads, extras)
@@ -47,7 +47,7 @@ def test_without_room_in_shared_memory_the_sum_goes_by_mpi(monkeypatch):
         raise OSError(28, 'No space left on device')
     monkeypatch.setattr(node_shared.os, 'posix_fallocate', no_room)
     before = set(os.listdir(node_shared.SHM_DIR)) if os.path.isdir(node_shared.SHM_DIR) else set()
-    assert SharedSlots.build(SerialComm(), 1001, [1], key=None) is None
+    assert SharedSlots.build(SerialComm(), 1001, [1]) is None
     after = set(os.listdir(node_shared.SHM_DIR)) if os.path.isdir(node_shared.SHM_DIR) else set()
     assert after <= before  # the file made before the failed reservation is gone
 
