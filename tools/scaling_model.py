@@ -148,9 +148,9 @@ def measure_contention(key, batch, rounds=3, procs=2):
     ratios = []
     for _ in range(rounds):
         alone = float(subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, env=env).stdout)
-        procs_ = [subprocess.Popen([sys.executable, '-c', code], stdout=subprocess.PIPE, text=True, env=env)
-                  for _ in range(procs)]
-        ratios.append(max(float(p.communicate()[0]) for p in procs_) / alone)
+        running = [subprocess.Popen([sys.executable, '-c', code], stdout=subprocess.PIPE, text=True, env=env)
+                   for _ in range(procs)]
+        ratios.append(max(float(p.communicate()[0]) for p in running) / alone)
     return statistics.median(ratios)
 
 

@@ -149,13 +149,25 @@ class Winograd:
     def _tiles(self, out_hw):
         return -(-out_hw[0] // 2), -(-out_hw[1] // 2)
 
+    def _windows_hw(self, tiles):
+        """(height, width) of the zero-padded image whose alpha x alpha windows at steps of 2
+        make ``tiles`` (tiles_h, tiles_w)."""
+        return 2 * (tiles[0] - 1) + self.alpha, 2 * (tiles[1] - 1) + self.alpha
+
+    def _per_image(self, channels, k, tiles):
+        """Transformed values per image of a pass from ``channels`` to ``k`` channels."""
+        return self.alpha * self.alpha * tiles[0] * tiles[1] * max(channels, k)
+
+    def _step(self, num, channels, k, tiles):
+        """Images a step of the pipeline kernels takes (about STEP_VALUES transformed values)."""
+        return max(1, min(num, STEP_VALUES // self._per_image(channels, k, tiles)))
+
     def _chunks(self, num, channels, k, out_hw):
         """Image ranges of about 2M transformed values (4M where OpenBLAS runs the products:
         AlexNet's 3x3 layers ran slower in the smaller chunks, CIFAR10-quick's faster)."""
-        th, tw = self._tiles(out_hw)
         g = self.group
         target = 1 << 19 if self.fast_products(channels // g, k // g) else 1 << 20
-        return image_chunks(num, self.alpha * self.alpha * th * tw * max(channels, k), target=target)
+        return image_chunks(num, self._per_image(channels, k, self._tiles(out_hw)), target=target)
 
     def transform_weights(self, w, flip=False):
         """(alpha*alpha, group, C_in/g, C_out/g) float32: G w G^T per (out, in) pair; with
@@ -172,7 +184,7 @@ class Winograd:
         """Transformed input windows of the images ``x`` (n, C, H, W): (alpha^2, n*tiles, C)."""
         n, a = x.shape[0], self.alpha
         th, tw = tiles
-        ph_, pw_ = 2 * (th - 1) + a, 2 * (tw - 1) + a
+        ph_, pw_ = self._windows_hw(tiles)
         image = scratch(name + '_image', n * ph_ * pw_ * channels)
         kernels.to_channels_last(x.reshape(-1), n, channels, in_hw[0], in_hw[1], pad[0], pad[1],
                                  ph_, pw_, image)
@@ -202,10 +214,9 @@ class Winograd:
         ci, co = in_channels // g, out_channels // g
         use_bias = bias is not None
         if self.fast_products(ci, co):  # the whole pipeline in one kernel, a few images a step
-            per_image = a * a * tiles[0] * tiles[1] * max(in_channels, out_channels)
-            step = max(1, min(n, STEP_VALUES // per_image))
+            step = self._step(n, in_channels, out_channels, tiles)
             th, tw = tiles
-            ph_, pw_ = 2 * (th - 1) + a, 2 * (tw - 1) + a
+            ph_, pw_ = self._windows_hw(tiles)
             count = step * th * tw
             result = scratch('wg_out', step * 4 * th * tw * out_channels)
             kernels.convolve_images(
@@ -270,8 +281,8 @@ class Winograd:
         index = {lo: i for i, (lo, _) in enumerate(chunks)}
 
         th, tw = tiles
-        ph_, pw_ = 2 * (th - 1) + a, 2 * (tw - 1) + a
-        step = max(1, min(num, STEP_VALUES // (a * a * th * tw * max(channels, k))))
+        ph_, pw_ = self._windows_hw(tiles)
+        step = self._step(num, channels, k, tiles)
         count = step * th * tw
 
         def chunk(lo, hi):

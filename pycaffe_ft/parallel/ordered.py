@@ -40,6 +40,10 @@ class WorkerOrderReduction:
         self._on_post = on_post or (lambda level: None)
         members = comm.members
         self.workers_of = [sorted(hosting[members[r]]) for r in range(comm.size)]
+        # worker v -> (the comm rank hosting it, its row there)
+        self.where = {v: (r, i) for r, workers in enumerate(self.workers_of) for i, v in enumerate(workers)}
+        if sorted(self.where) != list(range(num_workers)):
+            raise ValueError('workers %s hosted, expected 0..%d once each' % (sorted(self.where), num_workers - 1))
         self.bounds = [size * r // comm.size for r in range(comm.size + 1)]
         self.lengths = [b - a for a, b in zip(self.bounds, self.bounds[1:])]  # of each rank's segment
         self.waited_s = 0.0
@@ -77,8 +81,6 @@ class WorkerOrderReduction:
         self.waited_s += time.perf_counter() - t0
         rows = dict(zip([v for workers in self.workers_of for v in workers],
                         received.reshape(-1, hi - lo) if hi > lo else [received[:0]] * self.V))
-        if sorted(rows) != list(range(self.V)):
-            raise ValueError('workers %s hosted, expected 0..%d once each' % (sorted(rows), self.V - 1))
         total = self._buffer('total', hi - lo)
         np.copyto(total, rows[0])
         for v in range(1, self.V):
@@ -96,16 +98,13 @@ class WorkerOrderReduction:
         slots, me = self.shared, self.comm.rank
         for row, v in zip(slots.gradients(me), self.workers_of[me]):
             np.copyto(row, gradients[v])
-        where = {v: (r, i) for r, workers in enumerate(self.workers_of) for i, v in enumerate(workers)}
-        if sorted(where) != list(range(self.V)):
-            raise ValueError('workers %s hosted, expected 0..%d once each' % (sorted(where), self.V - 1))
         extras_sum = np.empty_like(extras)
         t0 = time.perf_counter()
         self.comm.allreduce_sum_into(extras, extras_sum)  # after it, every rank's slots are written
         self.waited_s += time.perf_counter() - t0
         total = slots.result(me)[lo:hi]
         for v in range(self.V):
-            r, i = where[v]
+            r, i = self.where[v]
             row = slots.gradients(r)[i, lo:hi]
             if v == 0:
                 np.copyto(total, row)
