@@ -118,7 +118,7 @@ def test_set_num_threads_rejects_nonsense(restore_threads):
 def test_a_forked_child_gets_threads_of_its_own(restore_threads):
     """A process forked after the worker threads exist must not wait on the parent's threads."""
     intra_op.set_num_threads(2)
-    intra_op.run_chunks(lambda lo, hi: lo, [(0, 1), (1, 2)])  # the pool exists now
+    intra_op.run_chunks(lambda lo, hi: lo, [(0, 1), (1, 2)])  # the worker threads exist now
     pid = os.fork()
     if pid == 0:  # the child: would hang on the parent's (absent) threads
         ok = False

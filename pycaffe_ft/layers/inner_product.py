@@ -12,6 +12,11 @@ SPLIT_BELOW = 1 << 26
 """Multiply-adds per product below which the backward's two products (weight and bottom
 gradient) run whole, side by side, rather than each split over the threads in turn."""
 
+SIDE_BY_SIDE_FROM = 1 << 21
+"""Multiply-adds per product below which the two run one after the other on this thread: two
+threads, LeNet's ip2 (64 x 500 -> 10, 0.3M) 21 us in turn against 55 side by side; CIFAR10-quick's
+ip1 (100 x 1024 -> 64, 6.6M) 180 against 154."""
+
 
 @LAYERS.register('InnerProduct', v1_name='INNER_PRODUCT')
 class InnerProductLayer(Layer):
@@ -69,7 +74,7 @@ class InnerProductLayer(Layer):
                             (dy.T, x, self.blobs[0].diff, True))
         if propagate_down[0]:
             products.append((dy, w.T if self.transpose else w, bottom[0].diff.reshape(self.m, self.k), False))
-        if len(products) == 2 and self.m * self.num_output * self.k < SPLIT_BELOW:
+        if len(products) == 2 and SIDE_BY_SIDE_FROM <= self.m * self.num_output * self.k < SPLIT_BELOW:
             # two whole products side by side: two threads take one each (LeNet's ip1, 64 x 800 ->
             # 500: 0.54 ms, against 0.66 in column blocks one after the other; one thread 0.66
             # against 0.78); the same calls, so the same bits, at any thread count
