@@ -11,8 +11,9 @@ loops are plain copies with no bounds tests. That also keeps Numba's compile tim
 start) small. All kernels release the GIL: layers run them on several threads.
 """
 import numpy as np
-from numba import njit
+from numba import carray, cfunc, njit, types
 
+from .c_functions import FLOATS, floats, lazily
 from .simd import vadd, vload, vstore
 
 
@@ -121,3 +122,40 @@ def _columns(images, n_img, channels, height, width, kh, kw, sh, sw, dh, dw, out
     """:func:`columns`, any geometry."""
     _each_row(_any_row, images, n_img, channels, height, width, kh, kw, sh, sw, dh, dw, out_h, out_w, cols,
               ncols, to_columns)
+
+
+_COLUMNS_SIGNATURE = types.void(FLOATS, *[types.intp] * 13, FLOATS, types.intp, types.intp, types.intp)
+
+
+@lazily
+def vector_columns_function():
+    """:func:`_vector_columns` as a C function (see :mod:`.c_functions`)."""
+    def c_vector_columns(images, images_size, n_img, channels, height, width, kh, kw, sh, sw, dh, dw, out_h, out_w,
+                         cols, cols_size, ncols, to_columns):
+        _vector_columns(carray(images, images_size), n_img, channels, height, width, kh, kw, sh, sw, dh, dw, out_h,
+                        out_w, carray(cols, cols_size), ncols, to_columns != 0)
+    return cfunc(_COLUMNS_SIGNATURE, cache=True)(c_vector_columns)
+
+
+@lazily
+def any_columns_function():
+    """:func:`_columns` as a C function (see :mod:`.c_functions`)."""
+    def c_columns(images, images_size, n_img, channels, height, width, kh, kw, sh, sw, dh, dw, out_h, out_w,
+                  cols, cols_size, ncols, to_columns):
+        _columns(carray(images, images_size), n_img, channels, height, width, kh, kw, sh, sw, dh, dw, out_h, out_w,
+                 carray(cols, cols_size), ncols, to_columns != 0)
+    return cfunc(_COLUMNS_SIGNATURE, cache=True)(c_columns)
+
+
+def columns_function(sw, out_w):
+    """:func:`columns`' kernel for this stride and output width as a C function, called with
+    :func:`call_columns`."""
+    return vector_columns_function() if sw == 1 and out_w % 8 == 0 else any_columns_function()
+
+
+@njit(cache=True, nogil=True, inline='always')
+def call_columns(function, images, n_img, channels, height, width, kh, kw, sh, sw, dh, dw, out_h, out_w, cols,
+                 ncols, to_columns):
+    """:func:`columns`' call, through ``function`` (:func:`columns_function`)."""
+    function(floats(images), images.size, n_img, channels, height, width, kh, kw, sh, sw, dh, dw, out_h, out_w,
+             floats(cols), cols.size, ncols, 1 if to_columns else 0)

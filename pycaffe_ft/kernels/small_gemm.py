@@ -16,11 +16,12 @@ split (between chunks or threads). Operands are flat float32 arrays addressed by
 etc.), so that slices of a larger array (one group's channels) need no copy.
 """
 import numpy as np
-from numba import njit
+from numba import carray, cfunc, njit, types
 
+from .c_functions import FLOATS, floats, lazily
 from .simd import WIDE, vfma, vload, vsplat, vstore, vzero, wload, wsplat, wstore, wzero
 
-__all__ = ['batched_gemm', 'batched_gemm_narrow', 'batched_gemm_wide']
+__all__ = ['batched_gemm', 'batched_gemm_narrow', 'batched_gemm_wide', 'batched_gemm_function', 'call_batched_gemm']
 
 
 # The register blocks are written out for each height (6 rows, and 2 for the rows left over):
@@ -277,3 +278,25 @@ def batched_gemm_wide(a, a_off, a_batch, lda, ak, b, b_off, b_batch, ldb, c, c_o
 
 batched_gemm = batched_gemm_wide if WIDE else batched_gemm_narrow
 """The one to call: wide blocks where the CPU has AVX-512."""
+
+
+
+@lazily
+def batched_gemm_function():
+    """:data:`batched_gemm` compiled once as a C function (see :mod:`.c_functions`), called
+    with :func:`call_batched_gemm`."""
+    def c_batched_gemm(a, a_size, a_off, a_batch, lda, ak, b, b_size, b_off, b_batch, ldb,
+                       c, c_size, c_off, c_batch, ldc, batch, m, k, n):
+        batched_gemm(carray(a, a_size), a_off, a_batch, lda, ak, carray(b, b_size), b_off, b_batch, ldb,
+                     carray(c, c_size), c_off, c_batch, ldc, batch, m, k, n)
+    i = types.intp
+    return cfunc(types.void(FLOATS, i, i, i, i, i, FLOATS, i, i, i, i, FLOATS, i, i, i, i, i, i, i, i),
+                 cache=True)(c_batched_gemm)
+
+
+@njit(cache=True, nogil=True, inline='always')
+def call_batched_gemm(function, a, a_off, a_batch, lda, ak, b, b_off, b_batch, ldb, c, c_off, c_batch, ldc,
+                      batch, m, k, n):
+    """:data:`batched_gemm`'s call, through ``function`` (:func:`batched_gemm_function`)."""
+    function(floats(a), a.size, a_off, a_batch, lda, ak, floats(b), b.size, b_off, b_batch, ldb,
+             floats(c), c.size, c_off, c_batch, ldc, batch, m, k, n)

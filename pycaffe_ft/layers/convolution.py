@@ -3,10 +3,10 @@ import numpy as np
 
 from ..intra_op import gemm, image_chunks, matmul, num_threads, run_chunks, scratch, sum_in_chunk_order
 from ..kernels.direct_conv import direct_forward, direct_weight_gradient
-from ..kernels.im2col import columns, crop_planes, pad_planes
-from ..kernels.im2col_chunks import backward_chunk, forward_chunk
+from ..kernels.im2col import columns, columns_function, crop_planes, pad_planes
+from ..kernels.im2col_chunks import backward_chunk
 from ..kernels.simd import WIDE
-from ..kernels.small_gemm import batched_gemm
+from ..kernels.small_gemm import batched_gemm, batched_gemm_function
 from ..proto import caffe_pb2
 from ..registry import LAYERS
 from .base import Layer
@@ -24,25 +24,19 @@ forward 2.4 -> 0.45, weight gradient 1.0 -> 0.65."""
 
 DIRECT_MAX_CHANNELS = 32
 """Forward passes that would otherwise run im2col (no Winograd: before a max pooling, or not
-3x3/5x5) run directly up to this many input channels, unless their products run in
-batched_gemm (see SMALL_PRODUCT_OUTPUTS). One thread, im2col + OpenBLAS against direct, ms:
-LeNet's conv2 (20 -> 50, 5x5, 8x8 outputs, 64 images) 3.7 -> 2.8; 32 -> 32 5x5, 8x8 outputs,
+3x3/5x5) run directly up to this many input channels. One thread, im2col + GEMM against direct,
+ms: LeNet's conv2 (20 -> 50, 5x5, 8x8 outputs, 64 images) 3.7 -> 2.8; 32 -> 32 5x5, 8x8 outputs,
 64 images 4.9 -> 3.0; 16 -> 16 3x3, 32x32 outputs, 32 images 4.6 -> 3.7; but 64 -> 64 3x3, 16x16
 outputs, 32 images 10.6 -> 10.7 and 128 -> 128 3x3, 8x8 outputs, 16 images 3.9 -> 5.0."""
 
 SMALL_PRODUCT_OUTPUTS = 64
 """Up to this many output channels (one group, AVX-512, ``engine`` not CAFFE, output planes a
-multiple of 8 positions, one band) im2col's products run in batched_gemm's register blocks
-rather than OpenBLAS, each chunk of images one kernel call
-(:mod:`~pycaffe_ft.kernels.im2col_chunks`): the backward, and the forward where it would
-otherwise run directly. LeNet's conv2 (20 -> 50, 8 images), one thread, us: forward 216 (direct)
--> 172, weight gradient 200-220 (OpenBLAS) -> 189. Every output is one chain of fused
-multiply-adds in order, at every position alike: equal patches keep equal sums, as in the
-direct forward."""
-
-SMALL_STEP_COLUMNS = 1 << 16
-"""Column values (256 KB) the forward of :mod:`~pycaffe_ft.kernels.im2col_chunks` lowers and
-multiplies at a time (whole images)."""
+multiple of 8 positions, one band) the im2col backward runs its products in batched_gemm's
+register blocks rather than OpenBLAS, each chunk of images in one kernel call
+(:mod:`~pycaffe_ft.kernels.im2col_chunks`). LeNet's conv2 (20 -> 50, 8 images), one thread:
+weight gradient 200-220 us (OpenBLAS) -> 189. (Its forward that way, 216 us direct -> 172 alone,
+made LeNet's steps 1.6% faster at one thread but 2.7% slower at two, and its compile doubled the
+cold start: the forward stays direct.)"""
 
 
 BAND_COLUMNS = 1 << 18
@@ -289,41 +283,26 @@ class ConvolutionLayer(BaseConvolutionLayer):
         pooling must resolve as Caffe does. The direct forward runs the same chain of
         multiply-adds at every position, so equal patches keep equal sums there too: it runs
         layers of at most DIRECT_MAX_TAPS input values per output, and those of at most
-        DIRECT_MAX_CHANNELS input channels that would take im2col (unless
-        :meth:`_small_forward`). The direct weight gradient runs the first kind where the
-        backward would take im2col. Backward: see :meth:`backward`."""
+        DIRECT_MAX_CHANNELS input channels that would take im2col. The direct weight gradient
+        runs the first kind where the backward would take im2col. Backward: see
+        :meth:`backward`."""
         forward, backward = self._fast_algorithms()
         if self._direct_geometry():
             taps = self.channels * self.kernel[0] * self.kernel[1]
             small = taps <= DIRECT_MAX_TAPS
-            if small or (forward == 'im2col' and self.channels <= DIRECT_MAX_CHANNELS and not self._small_forward()):
+            if small or (forward == 'im2col' and self.channels <= DIRECT_MAX_CHANNELS):
                 forward = 'direct'
             if small and backward == 'im2col' and self.num_output >= 3 and taps >= 3:
                 backward = 'direct'
         return forward, backward
 
     def _small_products(self):
-        """Whether im2col passes run as :mod:`~pycaffe_ft.kernels.im2col_chunks` (see
+        """Whether the im2col backward runs as :mod:`~pycaffe_ft.kernels.im2col_chunks` (see
         SMALL_PRODUCT_OUTPUTS)."""
         p = self.layer_param.convolution_param
         return (WIDE and p.engine != caffe_pb2.ConvolutionParameter.CAFFE and self.group == 1
                 and self.num_output <= SMALL_PRODUCT_OUTPUTS and (self.out_hw[0] * self.out_hw[1]) % 8 == 0
                 and len(self._bands()) == 1)
-
-    def _small_forward(self):
-        """Whether the im2col forward runs as one kernel a chunk: where it would otherwise run
-        directly (few input channels)."""
-        return self._small_products() and self.channels <= DIRECT_MAX_CHANNELS
-
-    def _chunk_geometry(self):
-        """The image and kernel geometry :mod:`~pycaffe_ft.kernels.im2col_chunks` takes."""
-        return ((self.channels,) + tuple(self.in_hw) + self.kernel + self.pad + self.stride + self.dilation
-                + tuple(self.out_hw))
-
-    def _pad_scratch(self, images):
-        """This thread's buffer for ``images`` bordered by the pads (one value without pads)."""
-        (h, w), (ph, pw) = self.in_hw, self.pad
-        return scratch('conv_pad', images * self.channels * (h + 2 * ph) * (w + 2 * pw) if ph or pw else 1)
 
     def _fast_algorithms(self):
         """(forward, backward) from 'Winograd F(2x2, rxr)' and 'im2col'."""
@@ -351,9 +330,6 @@ class ConvolutionLayer(BaseConvolutionLayer):
                                       t.data.reshape((self.num, self.num_output) + self.out_hw),
                                       self.in_hw, self.out_hw, self.relu_on_top)
             return
-        if self._small_forward():
-            self._small_forward_pass(bottom, top)
-            return
         w = self.blobs[0].data.reshape(self.num_output, -1)
         out_w = self.out_hw[1]
         bands = self._bands()
@@ -379,24 +355,6 @@ class ConvolutionLayer(BaseConvolutionLayer):
                         out += bias.reshape(-1, 1) if hi - lo == 1 else bias.reshape(1, -1, 1)
                 self.relu_on_top_of(y[lo:hi])
             run_chunks(chunk, chunks)
-
-    def _small_forward_pass(self, bottom, top):
-        """The im2col forward, one :func:`~pycaffe_ft.kernels.im2col_chunks.forward_chunk` a
-        chunk of images."""
-        weights = self.blobs[0].data.reshape(-1)
-        bias = self.blobs[1].data if self.bias_term else weights[:1]
-        k, plane = weights.size // self.num_output, self.out_hw[0] * self.out_hw[1]
-        step = max(1, SMALL_STEP_COLUMNS // (k * plane))
-        for b, t in zip(bottom, top):
-            x, y = b.data.reshape(self.num, -1), t.data.reshape(self.num, -1)
-
-            def chunk(lo, hi):
-                images = min(step, hi - lo)
-                forward_chunk(x[lo:hi].reshape(-1), hi - lo, *self._chunk_geometry(), weights, self.num_output, bias,
-                              self.bias_term, bool(self.relu_on_top), step, self._pad_scratch(images),
-                              scratch('conv_col', k * images * plane),
-                              scratch('conv_out', self.num_output * images * plane), y[lo:hi].reshape(-1))
-            run_chunks(chunk, self._chunks())
 
     def _direct_forward(self, bottom, top):
         weights = self.blobs[0].data.reshape(-1)
@@ -497,22 +455,27 @@ class ConvolutionLayer(BaseConvolutionLayer):
     def _small_backward_pass(self, x, dy, dx, need_w, need_b, down, chunks, after):
         """The im2col backward, one :func:`~pycaffe_ft.kernels.im2col_chunks.backward_chunk` a
         chunk of images (then ``after(lo, hi)`` where dx was written), the weight and bias
-        gradients summed in chunk order."""
+        gradients summed in chunk order. Padded images are bordered (x) and cropped (dx) here."""
         weights = self.blobs[0].data.reshape(-1)
-        o, k, plane = self.num_output, weights.size // self.num_output, self.out_hw[0] * self.out_hw[1]
+        c, o, k, plane = self.channels, self.num_output, weights.size // self.num_output, self.out_hw[0] * self.out_hw[1]
         lanes = -(-o // 16) * 16  # the top diff's channels position-major, padded with zeros
-        x, dy, dx = x.reshape(self.num, -1), dy.reshape(self.num, -1), dx.reshape(self.num, -1)
+        (h, w), (ph, pw) = self.in_hw, self.pad
+        geometry = (c, h + 2 * ph, w + 2 * pw) + self.kernel + self.stride + self.dilation + tuple(self.out_hw)
+        gemm, lower = batched_gemm_function(), columns_function(self.stride[1], self.out_hw[1])
+        dy, dx_flat = dy.reshape(self.num, -1), dx.reshape(self.num, -1)
 
         def chunk(lo, hi):
-            positions = (hi - lo) * plane
+            n, positions = hi - lo, (hi - lo) * plane
             w_part = np.empty((k, lanes) if need_w else 0, np.float32)
             bias_part = np.empty(o if need_b else 0, np.float32)
-            backward_chunk(x[lo:hi].reshape(-1), dy[lo:hi].reshape(-1), hi - lo, *self._chunk_geometry(), weights, o,
-                           need_w, lanes, w_part.reshape(-1), need_b, bias_part, down, dx[lo:hi].reshape(-1),
-                           self._pad_scratch(hi - lo), scratch('conv_col', k * positions),
-                           scratch('conv_dy_rows', positions * lanes if need_w else 1),
-                           scratch('conv_out', o * positions if down else 1))
+            grad = scratch('conv_pad_diff', n * c * geometry[1] * geometry[2]) if ph or pw else dx_flat[lo:hi].reshape(-1)
+            backward_chunk(self._padded(x[lo:hi])[0] if need_w else x[lo:hi].reshape(-1), dy[lo:hi].reshape(-1), n,
+                           *geometry, weights, o, need_w, lanes, w_part.reshape(-1), need_b, bias_part, down, grad,
+                           scratch('conv_col', k * positions), scratch('conv_dy_rows', positions * lanes if need_w else 1),
+                           scratch('conv_out', o * positions if down else 1), gemm, lower)
             if down:
+                if ph or pw:
+                    crop_planes(grad, n * c, h, w, ph, pw, dx_flat[lo:hi].reshape(-1))
                 after(lo, hi)
             return w_part, bias_part
         w_parts, bias_parts = zip(*run_chunks(chunk, chunks))

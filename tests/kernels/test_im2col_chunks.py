@@ -1,10 +1,12 @@
-"""forward_chunk and backward_chunk (im2col with batched_gemm products, one call a chunk)
-against a float64 convolution: pads, strides, dilation, rows that are not a multiple of 8,
-output counts up to the 64 a chunk takes; and equal patches giving equal outputs."""
+"""backward_chunk (the im2col backward with batched_gemm products, one call a chunk) against a
+float64 convolution: pads, strides, dilation, rows that are not a multiple of 8, output counts
+up to the 64 it takes."""
 import numpy as np
 import pytest
 
-from pycaffe_ft.kernels.im2col_chunks import backward_chunk, forward_chunk
+from pycaffe_ft.kernels.im2col import columns_function
+from pycaffe_ft.kernels.im2col_chunks import backward_chunk
+from pycaffe_ft.kernels.small_gemm import batched_gemm_function
 from tests.layers.test_convolution import _reference
 
 CASES = [  # (N, C, H, W, O, kernel, stride, pad, dilation)
@@ -20,65 +22,37 @@ def _case(n, c, h, w, o, r, stride, pad, dilation):
     out = [(size + 2 * pad - dilation * (r - 1) - 1) // stride + 1 for size in (h, w)]
     x = rng.standard_normal((n, c, h, w)).astype(np.float32)
     weights = (rng.standard_normal((o, c, r, r)) / np.sqrt(c * r * r)).astype(np.float32)
-    bias = rng.standard_normal(o).astype(np.float32)
     dy = rng.standard_normal((n, o) + tuple(out)).astype(np.float32)
-    geometry = (c, h, w, r, r, pad, pad, stride, stride, dilation, dilation) + tuple(out)
-    scratch = {'padded': np.empty(n * c * (h + 2 * pad) * (w + 2 * pad), np.float32),
-               'cols': np.empty(c * r * r * n * out[0] * out[1], np.float32)}
-    return x, weights, bias, dy, geometry, scratch, _reference(x, weights, bias, dy.astype(np.float64), (pad, pad),
-                                                               (stride, stride), (dilation, dilation), 1)
+    bordered = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))  # the kernel takes padded images
+    geometry = (c, h + 2 * pad, w + 2 * pad, r, r, stride, stride, dilation, dilation) + tuple(out)
+    reference = _reference(x, weights, np.zeros(o), dy.astype(np.float64), (pad, pad), (stride, stride),
+                           (dilation, dilation), 1)
+    return bordered, weights, dy, geometry, pad, reference
 
 
-@pytest.mark.parametrize('case', CASES)
-def test_forward_matches_a_float64_convolution(case):
-    x, weights, bias, dy, geometry, scratch, (y_ref, _, _, _) = _case(*case)
-    n, o = x.shape[0], weights.shape[0]
-    product = np.empty(o * dy[0, 0].size * n, np.float32)
-    for use_bias in (False, True):
-        for relu in (False, True):
-            ys = []
-            for step in (n, 1):  # all images at once, or one at a time: the same bits
-                ys.append(np.full(dy.shape, np.nan, np.float32))
-                forward_chunk(x.reshape(-1), n, *geometry, weights.reshape(-1), o, bias, use_bias, relu, step,
-                              scratch['padded'], scratch['cols'], product, ys[-1].reshape(-1))
-            want = y_ref - (0 if use_bias else bias.reshape(1, -1, 1, 1))
-            want = np.maximum(want, 0) if relu else want
-            assert np.abs(ys[0] - want).max() <= 1e-6 * np.abs(want).max()
-            if dy[0, 0].size % 8 == 0:  # every position in vector lanes, however many images at once
-                assert ys[0].tobytes() == ys[1].tobytes()
+def _backward(bordered, weights, dy, geometry, need_w, need_b):
+    """(w_part, bias_part, dx with its border) from one backward_chunk call."""
+    n, o, k = bordered.shape[0], weights.shape[0], weights[0].size
+    positions, lanes = dy[0, 0].size * n, -(-o // 16) * 16
+    w_part, bias_part = np.full((k, lanes), np.nan, np.float32), np.full(o, np.nan, np.float32)
+    dx = np.full(bordered.shape, np.nan, np.float32)
+    backward_chunk(bordered.reshape(-1), dy.reshape(-1), n, *geometry, weights.reshape(-1), o, need_w, lanes,
+                   w_part.reshape(-1), need_b, bias_part, True, dx.reshape(-1),
+                   np.empty(k * positions, np.float32), np.empty(positions * lanes, np.float32),
+                   np.empty(o * positions, np.float32), batched_gemm_function(),
+                   columns_function(geometry[6], geometry[10]))
+    return w_part, bias_part, dx
 
 
 @pytest.mark.parametrize('case', CASES)
 def test_backward_matches_a_float64_convolution(case):
-    x, weights, bias, dy, geometry, scratch, (_, dw_ref, db_ref, dx_ref) = _case(*case)
-    n, o, k = x.shape[0], weights.shape[0], weights[0].size
-    positions = dy[0, 0].size * n
-    lanes = -(-o // 16) * 16
-    w_part, bias_part = np.full((k, lanes), np.nan, np.float32), np.full(o, np.nan, np.float32)
-    dx = np.full(x.shape, np.nan, np.float32)
-    backward_chunk(x.reshape(-1), dy.reshape(-1), n, *geometry, weights.reshape(-1), o, True, lanes,
-                   w_part.reshape(-1), True, bias_part, True, dx.reshape(-1), scratch['padded'], scratch['cols'],
-                   np.empty(positions * lanes, np.float32), np.empty(o * positions, np.float32))
+    bordered, weights, dy, geometry, pad, (_, dw_ref, db_ref, dx_ref) = _case(*case)
+    o = weights.shape[0]
+    w_part, bias_part, dx = _backward(bordered, weights, dy, geometry, True, True)
     assert np.abs(w_part[:, :o].T.reshape(weights.shape) - dw_ref).max() <= 1e-6 * np.abs(dw_ref).max()
     assert not w_part[:, o:].any()  # the padding lanes' sums stay zero
     assert np.abs(bias_part - db_ref).max() <= 1e-6 * np.abs(db_ref).max()
-    assert np.abs(dx - dx_ref).max() <= 1e-6 * np.abs(dx_ref).max()
-    alone = np.full(x.shape, np.nan, np.float32)  # the bottom diff alone: the same bits
-    backward_chunk(x.reshape(-1), dy.reshape(-1), n, *geometry, weights.reshape(-1), o, False, lanes,
-                   w_part.reshape(-1), False, bias_part, True, alone.reshape(-1), scratch['padded'], scratch['cols'],
-                   np.empty(1, np.float32), np.empty(o * positions, np.float32))
+    inside = dx[:, :, pad:dx.shape[2] - pad, pad:dx.shape[3] - pad]
+    assert np.abs(inside - dx_ref).max() <= 1e-6 * np.abs(dx_ref).max()
+    alone = _backward(bordered, weights, dy, geometry, False, False)[2]  # the bottom diff alone: the same bits
     assert alone.tobytes() == dx.tobytes()
-
-
-def test_equal_patches_give_equal_outputs():
-    """One chain of fused multiply-adds per output, at every position alike (8 x 8 planes): a
-    flat image gives one value per output channel, ties for a later max pooling as im2col's."""
-    n, c, o = 2, 20, 50
-    x = np.full((n, c, 12, 12), 0.3, np.float32)
-    weights = np.random.default_rng(1).standard_normal((o, c * 25)).astype(np.float32)
-    y = np.empty((n, o, 8, 8), np.float32)
-    forward_chunk(x.reshape(-1), n, c, 12, 12, 5, 5, 0, 0, 1, 1, 1, 1, 8, 8, weights.reshape(-1), o,
-                  np.zeros(o, np.float32), True, False, n, np.empty(1, np.float32),
-                  np.empty(c * 25 * n * 64, np.float32), np.empty(o * n * 64, np.float32), y.reshape(-1))
-    for channel in range(o):
-        assert np.unique(y[:, channel]).size == 1

@@ -75,31 +75,31 @@ def test_im2col_in_bands_of_output_rows_matches_a_float64_convolution(geometry, 
 
 
 @pytest.mark.skipif(not convolution.WIDE, reason='batched_gemm runs im2col products only on AVX-512')
-def test_small_products_run_one_kernel_a_chunk_with_the_same_bits_on_any_thread_count(restore_threads):
-    """LeNet's conv2 geometry (20 -> 50, 8 x 8 outputs): forward and backward through
-    kernels.im2col_chunks, within rounding of a float64 convolution, bit for bit the same at
-    one thread and two; an in-place ReLU above is applied by the forward."""
+@pytest.mark.parametrize('channels, size, outputs, kernel, pad', [(20, 12, 50, 5, 0), (12, 8, 16, 3, 1)])
+def test_small_products_run_one_kernel_a_chunk_with_the_same_bits_on_any_thread_count(
+        restore_threads, channels, size, outputs, kernel, pad):
+    """LeNet's conv2 geometry (20 -> 50, 8 x 8 outputs) and a padded one: the backward through
+    kernels.im2col_chunks (the forward direct), within rounding of a float64 convolution, bit
+    for bit the same at one thread and two."""
     results = []
     for threads in (1, 2):
         intra_op.set_num_threads(threads)
-        layer, bottom, top = make_layer('type: "Convolution" convolution_param { num_output: 50 kernel_size: 5 '
-                                        'weight_filler { type: "xavier" } bias_filler { type: "gaussian" } }', 1)
+        layer, bottom, top = make_layer(
+            'type: "Convolution" convolution_param { num_output: %d kernel_size: %d pad: %d '
+            'weight_filler { type: "xavier" } bias_filler { type: "gaussian" } }' % (outputs, kernel, pad), 1)
         rng = np.random.default_rng(7)
-        bottom[0].reshape((24, 20, 12, 12))
+        bottom[0].reshape((24, channels, size, size))
         bottom[0].data[...] = rng.standard_normal(bottom[0].shape)
         layer.setup(bottom, top)
-        assert layer._small_forward() and layer.algorithms() == ('im2col', 'im2col')
-        layer.blobs[0].data[...] = rng.standard_normal(layer.blobs[0].shape) / 20
-        layer.blobs[1].data[...] = rng.standard_normal(50)
+        assert layer._small_products() and layer.algorithms() == ('direct', 'im2col')
+        layer.blobs[0].data[...] = rng.standard_normal(layer.blobs[0].shape) / channels
+        layer.blobs[1].data[...] = rng.standard_normal(outputs)
         top[0].diff[...] = rng.standard_normal(top[0].shape)
         layer.run_forward(bottom, top)
         layer.backward(top, [True], bottom)
         results.append([a.copy() for a in (top[0].data, layer.blobs[0].diff, layer.blobs[1].diff, bottom[0].diff)])
-        layer.relu_on_top = True
-        layer.run_forward(bottom, top)
-        assert np.array_equal(top[0].data, np.maximum(results[-1][0], 0))
     expected = _reference(bottom[0].data, layer.blobs[0].data.astype(np.float64), layer.blobs[1].data,
-                          top[0].diff.astype(np.float64), (0, 0), (1, 1), (1, 1), 1)
+                          top[0].diff.astype(np.float64), (pad, pad), (1, 1), (1, 1), 1)
     for one, two, ref in zip(*results, expected):
         assert one.tobytes() == two.tobytes()
         assert np.abs(one - ref).max() <= 1e-5 * np.abs(ref).max()

@@ -201,18 +201,13 @@ def test_5x5_backward_keeps_im2col_where_its_products_would_run_in_blas(tmp_path
 
 @pytest.mark.parametrize('r', [3, 5])
 def test_few_input_channels_before_a_max_pooling_run_forward_directly(tmp_path, r):
-    """16 input channels (up to DIRECT_MAX_CHANNELS): the forward im2col would run goes direct
-    (3x3 here: 10 x 10 outputs), or, where the planes hold a multiple of 8 outputs (5x5: 8 x 8)
-    on AVX-512, stays im2col with its products in batched_gemm; either way within rounding of
-    Caffe's arithmetic (the same chain of multiply-adds at every position: see
-    tests/kernels/test_direct_conv.py and test_im2col_chunks.py for the ties); the backward
-    stays Winograd."""
-    from pycaffe_ft.kernels.simd import WIDE
+    """16 input channels (up to DIRECT_MAX_CHANNELS): the forward im2col would run goes direct,
+    within rounding of Caffe's arithmetic (the same chain of multiply-adds at every position:
+    see tests/kernels/test_direct_conv.py for the ties); the backward stays Winograd."""
     from pycaffe_ft.layers.convolution import DIRECT_MAX_CHANNELS
     assert 16 <= DIRECT_MAX_CHANNELS < 48
     ours, plain = _net(tmp_path, r, 'MAX', channels=16), _net(tmp_path, r, 'MAX', 'engine: CAFFE', channels=16)
-    forward = 'im2col' if r == 5 and WIDE else 'direct'
-    assert ours.layers[1].algorithms() == (forward, 'Winograd F(2x2, %dx%d)' % (r, r))
+    assert ours.layers[1].algorithms() == ('direct', 'Winograd F(2x2, %dx%d)' % (r, r))
     theirs = plain.blobs['conv'].data
     assert np.abs(ours.blobs['conv'].data - theirs).max() <= 1e-6 * np.abs(theirs).max()
 

@@ -413,8 +413,7 @@ def test_a_5x5_net_without_a_later_max_pooling_survives_kills_with_the_same_resu
     worker order (the default: every run adds the same bits, so a run that loses three ranks
     ends bitwise where the failure-free one does); one that reduces in buckets does not (its
     rounding let such runs drift apart: 1e-3 of max|w| after 60 iterations with these kills,
-    measured with ReLU; its 32 input channels run directly, or, on AVX-512, by im2col with
-    batched_gemm's products, rounding as im2col does)."""
+    measured with ReLU; its 32 input channels run directly, rounding as im2col does)."""
     from pycaffe_ft.netspec_io import load_solver_param
     from pycaffe_ft.parallel.comm import SerialComm
     from pycaffe_ft.parallel.trainer import DataParallelSolver
@@ -427,8 +426,7 @@ def test_a_5x5_net_without_a_later_max_pooling_survives_kills_with_the_same_resu
     ordered = DataParallelSolver(load_solver_param('solver.prototxt'), SerialComm(), virtual_workers=2)
     assert ordered.ordered and ordered.net.layers[conv2].algorithms()[0] == 'Winograd F(2x2, 5x5)'
     buckets = DataParallelSolver(load_solver_param('solver.prototxt'), SerialComm(), virtual_workers=2, overlap=True)
-    layer = buckets.net.layers[conv2]
-    assert not buckets.ordered and layer.algorithms()[0] == ('im2col' if layer._small_forward() else 'direct')
+    assert not buckets.ordered and buckets.net.layers[conv2].algorithms()[0] == 'direct'
     ok = make_job(tmp_path / 'ok', mnist)
     train(ok, '--np', '4')
     ft = make_job(tmp_path / 'ft', mnist)
