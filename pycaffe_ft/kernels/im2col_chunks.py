@@ -65,4 +65,5 @@ def backward_chunk(x, dy, n, channels, height, width, kh, kw, sh, sw, dh, dw, ou
                     dy_cm[to + p] = dy[at + p]
         call_batched_gemm(gemm, weights, 0, 0, 1, k, dy_cm, 0, 0, positions, cols, 0, 0, positions, 1, k, outputs,
                           positions)
-        call_columns(lower, dx, n, channels, height, width, kh, kw, sh, sw, dh, dw, out_h, out_w, cols, positions, False)
+        call_columns(lower, dx, n, channels, height, width, kh, kw, sh, sw, dh, dw, out_h, out_w, cols, positions,
+                     False)

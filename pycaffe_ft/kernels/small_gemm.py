@@ -280,7 +280,6 @@ batched_gemm = batched_gemm_wide if WIDE else batched_gemm_narrow
 """The one to call: wide blocks where the CPU has AVX-512."""
 
 
-
 @lazily
 def batched_gemm_function():
     """:data:`batched_gemm` compiled once as a C function (see :mod:`.c_functions`), called

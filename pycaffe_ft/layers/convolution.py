@@ -451,13 +451,13 @@ class ConvolutionLayer(BaseConvolutionLayer):
             if need_b:
                 self.blobs[1].diff[...] += sum_in_chunk_order(bias_parts)
 
-
     def _small_backward_pass(self, x, dy, dx, need_w, need_b, down, chunks, after):
         """The im2col backward, one :func:`~pycaffe_ft.kernels.im2col_chunks.backward_chunk` a
         chunk of images (then ``after(lo, hi)`` where dx was written), the weight and bias
         gradients summed in chunk order. Padded images are bordered (x) and cropped (dx) here."""
         weights = self.blobs[0].data.reshape(-1)
-        c, o, k, plane = self.channels, self.num_output, weights.size // self.num_output, self.out_hw[0] * self.out_hw[1]
+        c, o, k = self.channels, self.num_output, weights.size // self.num_output
+        plane = self.out_hw[0] * self.out_hw[1]
         lanes = -(-o // 16) * 16  # the top diff's channels position-major, padded with zeros
         (h, w), (ph, pw) = self.in_hw, self.pad
         geometry = (c, h + 2 * ph, w + 2 * pw) + self.kernel + self.stride + self.dilation + tuple(self.out_hw)
@@ -468,10 +468,12 @@ class ConvolutionLayer(BaseConvolutionLayer):
             n, positions = hi - lo, (hi - lo) * plane
             w_part = np.empty((k, lanes) if need_w else 0, np.float32)
             bias_part = np.empty(o if need_b else 0, np.float32)
-            grad = scratch('conv_pad_diff', n * c * geometry[1] * geometry[2]) if ph or pw else dx_flat[lo:hi].reshape(-1)
+            grad = (scratch('conv_pad_diff', n * c * geometry[1] * geometry[2]) if ph or pw
+                    else dx_flat[lo:hi].reshape(-1))
             backward_chunk(self._padded(x[lo:hi])[0] if need_w else x[lo:hi].reshape(-1), dy[lo:hi].reshape(-1), n,
                            *geometry, weights, o, need_w, lanes, w_part.reshape(-1), need_b, bias_part, down, grad,
-                           scratch('conv_col', k * positions), scratch('conv_dy_rows', positions * lanes if need_w else 1),
+                           scratch('conv_col', k * positions),
+                           scratch('conv_dy_rows', positions * lanes if need_w else 1),
                            scratch('conv_out', o * positions if down else 1), gemm, lower)
             if down:
                 if ph or pw:
