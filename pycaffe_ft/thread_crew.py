@@ -9,6 +9,7 @@ caller at the end: ~0.12 ms a call, against layers of 0.1-1 ms (LeNet at batch 6
 such calls a step). Spinning costs a core for up to ``spin_seconds`` after each task, so the
 crew spins only where every thread has a core of its own (see ``intra_op``).
 """
+import functools
 import threading
 import time
 
@@ -29,17 +30,21 @@ worker that asks meanwhile sleeps on the GIL until woken (an interrupt to its ha
 CPU). LeNet at two threads, 8 alternated rounds: 6.47 -> 6.24 ms a step."""
 
 
-def spins_for(seconds):
-    """How many spins of :func:`~pycaffe_ft.kernels.spin.await_other` take about ``seconds``
-    on this CPU (timed once per call)."""
-    if seconds <= 0:
-        return 0
+@functools.lru_cache(maxsize=None)
+def _spins_per_second():
+    """Spins of :func:`~pycaffe_ft.kernels.spin.await_other` a second on this CPU (timed once a
+    process)."""
     flags = np.zeros(1, np.int64)
     await_other(flags, 0, 0, 1)  # load (or compile) the kernel before timing it
     start = time.perf_counter()
     await_other(flags, 0, 0, _CALIBRATION_SPINS)
-    elapsed = max(time.perf_counter() - start, 1e-9)
-    return max(1, int(seconds / elapsed * _CALIBRATION_SPINS))
+    return _CALIBRATION_SPINS / max(time.perf_counter() - start, 1e-9)
+
+
+def spins_for(seconds):
+    """How many spins of :func:`~pycaffe_ft.kernels.spin.await_other` take about ``seconds``
+    on this CPU."""
+    return max(1, int(seconds * _spins_per_second())) if seconds > 0 else 0
 
 
 class ThreadCrew:

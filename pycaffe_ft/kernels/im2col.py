@@ -125,6 +125,8 @@ def _columns(images, n_img, channels, height, width, kh, kw, sh, sw, dh, dw, out
 
 
 _COLUMNS_SIGNATURE = types.void(FLOATS, *[types.intp] * 13, FLOATS, types.intp, types.intp, types.intp)
+# One builder per kernel, not one taking the kernel: Numba's disk cache keys a cfunc by its
+# qualified name and source line, so two cfuncs made by one closure would share a cache entry.
 
 
 @lazily
