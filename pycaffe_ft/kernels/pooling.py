@@ -11,19 +11,24 @@ row-major output order.
 Two ways through the planes:
 
 - **Rows** (forward, stride 1 or 2, output rows of ``ROWS_MIN_WIDTH`` or more: 6 for max, 12
-  for average pooling): eight outputs of one row are the lanes of a vector (a shorter row: one
-  block whose spare lanes the next row overwrites); a window tap is one load (stride 2: the
-  even elements of 16, lanes in swizzled order), and windows running past the image's left or
-  right edge skip the missing columns lane by lane. (CIFAR10-quick's pool1 forward: 2.3 -> 1.2
-  ms on one thread; AlexNet's 6-wide pool5 in-net 0.97 -> 0.67 ms against plane lanes.)
+  for average pooling): eight outputs of one row are the lanes of a vector, sixteen with
+  AVX-512 on rows of ``SIXTEEN_FROM`` (9) or more (a shorter row: one block whose spare lanes
+  the next row overwrites); a window tap is one load (stride 2: the even elements of 16, lanes
+  in swizzled order; of 32 in order for sixteen lanes), and windows running past the image's
+  left or right edge skip the missing columns lane by lane. (CIFAR10-quick's pool1 forward:
+  2.3 -> 1.2 ms on one thread; AlexNet's 6-wide pool5 in-net 0.97 -> 0.67 ms against plane
+  lanes. Sixteen lanes, in-net, alternated pass by pass: AlexNet's pool1 / pool2 forward 2.07
+  -> 1.89 / 1.44 -> 1.24 ms, CIFAR10-quick's pool1 1.28 -> 1.15, LeNet's pool1 0.25 -> 0.22.)
 - **Plane lanes** (the backward of average pooling, and the forward of small planes or other
-  strides): eight planes are transposed into the lanes of one vector (8 x 8 transposes), so
-  every output, at the edges too, is one vector sum or compare-and-select chain over its
-  window's taps: from the table at the edges, at constant steps from the first tap where the
-  window is inside the image (3 x 3 and 2 x 2 windows compiled as constants, so these taps
-  unroll). (CIFAR10-quick's pool2 forward 1.6 -> 0.6 ms, backward 2.2 -> 0.6 ms, its 8 x 8
-  pool3 1.0 -> 0.13 ms; then with constant taps, one thread, alternated: its 3 x 3 average
-  pools' forward 4.6-7.9 -> 10.4-11.3 GB/s.) Average pooling's backward gathers instead of
+  strides): eight planes (sixteen with AVX-512, ``PLANE_LANES``) are transposed into the lanes
+  of one vector (8 x 8 transposes), so every output, at the edges too, is one vector sum or
+  compare-and-select chain over its window's taps: from the table at the edges, at constant
+  steps from the first tap where the window is inside the image (3 x 3 and 2 x 2 windows
+  compiled as constants, so these taps unroll). (CIFAR10-quick's pool2 forward 1.6 -> 0.6 ms,
+  backward 2.2 -> 0.6 ms, its 8 x 8 pool3 1.0 -> 0.13 ms; then with constant taps, one
+  thread, alternated: its 3 x 3 average pools' forward 4.6-7.9 -> 10.4-11.3 GB/s; sixteen
+  planes, in-net, alternated: its pool3 0.175 / 0.153 -> 0.155 / 0.140 ms forward / backward,
+  LeNet's pool2 forward 0.092 -> 0.084.) Average pooling's backward gathers instead of
   scattering: each input adds the shares of the outputs covering it (a table padded with zero
   terms to one count), so it is stored once, straight from the transpose, instead of being
   zeroed and read-modified-written by every window over it (CIFAR10-quick's pool2 backward
@@ -32,8 +37,8 @@ Two ways through the planes:
 import numpy as np
 from numba import njit
 
-from .simd import prefetch, prefetch_to_write, vadd, vdiv, vfull, vload, vload_even_swizzled, vmul, vramp, vsplat, \
-    vstore, vsub, vtranspose, vunswizzle, vwhere_gt, vzero
+from .simd import WIDE, prefetch, prefetch_to_write, vadd, vdiv, vfull, vload, vload_even_swizzled, vmul, vramp, \
+    vsplat, vstore, vsub, vtranspose, vunswizzle, vwhere_gt, wfull, whalves, wload, wload_even, wramp, wsplat
 
 _LOWEST = np.float32(-3.4028234663852886e38)  # -FLT_MAX, where Caffe's max pooling starts
 
@@ -91,41 +96,44 @@ def _covering_outputs(starts, offsets, in_plane):
 
 
 @njit(cache=True, nogil=True, inline='always')
-def _to_lanes(x, first, lanes, size, xt):
-    """xt[p * 8 + l] = x[(first + l) * size + p]: planes first .. first + lanes - 1 of x as the
-    lanes of xt (the other lanes 0)."""
+def _to_lanes(x, first, lanes, size, xt, L):
+    """xt[p * L + l] = x[(first + l) * size + p]: planes first .. first + lanes - 1 of x as the
+    lanes of xt (the other lanes 0), L (8 or 16) lanes a position: 8 x 8 transposes."""
     base = first * size
     p = 0
-    if lanes == 8:
+    if lanes == L:
         while p + 8 <= size:
-            t = vtranspose(vload(x, base + p), vload(x, base + size + p), vload(x, base + 2 * size + p),
-                           vload(x, base + 3 * size + p), vload(x, base + 4 * size + p),
-                           vload(x, base + 5 * size + p), vload(x, base + 6 * size + p),
-                           vload(x, base + 7 * size + p))
-            for r in range(8):
-                vstore(xt, (p + r) * 8, t[r])
+            for half in range(L // 8):
+                at = base + half * 8 * size + p
+                t = vtranspose(vload(x, at), vload(x, at + size), vload(x, at + 2 * size), vload(x, at + 3 * size),
+                               vload(x, at + 4 * size), vload(x, at + 5 * size), vload(x, at + 6 * size),
+                               vload(x, at + 7 * size))
+                for r in range(8):
+                    vstore(xt, (p + r) * L + half * 8, t[r])
             p += 8
     for q in range(p, size):
-        for lane in range(8):
-            xt[q * 8 + lane] = x[base + lane * size + q] if lane < lanes else np.float32(0.0)
+        for lane in range(L):
+            xt[q * L + lane] = x[base + lane * size + q] if lane < lanes else np.float32(0.0)
 
 
 @njit(cache=True, nogil=True, inline='always')
-def _from_lanes(xt, first, lanes, size, x):
+def _from_lanes(xt, first, lanes, size, x, L):
     """The inverse of :func:`_to_lanes`: lanes 0 .. lanes - 1 of xt back into their planes."""
     base = first * size
     p = 0
-    if lanes == 8:
+    if lanes == L:
         while p + 8 <= size:
-            t = vtranspose(vload(xt, p * 8), vload(xt, p * 8 + 8), vload(xt, p * 8 + 16), vload(xt, p * 8 + 24),
-                           vload(xt, p * 8 + 32), vload(xt, p * 8 + 40), vload(xt, p * 8 + 48),
-                           vload(xt, p * 8 + 56))
-            for r in range(8):
-                vstore(x, base + r * size + p, t[r])
+            for half in range(L // 8):
+                at = p * L + half * 8
+                t = vtranspose(vload(xt, at), vload(xt, at + L), vload(xt, at + 2 * L), vload(xt, at + 3 * L),
+                               vload(xt, at + 4 * L), vload(xt, at + 5 * L), vload(xt, at + 6 * L),
+                               vload(xt, at + 7 * L))
+                for r in range(8):
+                    vstore(x, base + (half * 8 + r) * size + p, t[r])
             p += 8
     for q in range(p, size):
         for lane in range(lanes):
-            x[base + lane * size + q] = xt[q * 8 + lane]
+            x[base + lane * size + q] = xt[q * L + lane]
 
 
 @njit(cache=True, nogil=True, inline='always')
@@ -138,148 +146,194 @@ def _inside(starts, o, kh, kw):
 
 
 @njit(cache=True, nogil=True, inline='always')
-def _prefetch_next_planes(x, first, in_plane, out_plane, o):
-    """While output o of planes first .. first + 7 is computed, prefetch its share of the next
-    eight planes' cache lines (all of them over the outputs): the plane-lane transpose then
+def _prefetch_next_planes(x, first, in_plane, out_plane, o, L):
+    """While output o of planes first .. first + L - 1 is computed, prefetch its share of the
+    next L planes' cache lines (all of them over the outputs): the plane-lane transpose then
     reads them from L1/L2, not from L3 or memory, where a layer's input usually is in a net.
     (Alone, one thread, alternated: CIFAR10-quick's 3 x 3 average pools' forward 1.3-1.5 ->
     0.8-0.9 ms for pool2 and 0.5-0.6 -> 0.3-0.4 ms for pool3 with the input out of the caches.)"""
-    per = -(-in_plane // (2 * out_plane))  # 16 floats a line: 8 * in_plane / 16 lines over the outputs
-    ahead = (first + 8) * in_plane
+    per = -(-in_plane * L // (16 * out_plane))  # 16 floats a line: L * in_plane / 16 lines over the outputs
+    at = (first + L) * in_plane
     for line in range(o * per, (o + 1) * per):
-        if ahead + line * 16 < x.size:
-            prefetch(x, ahead + line * 16)
+        if at + line * 16 < x.size:
+            prefetch(x, at + line * 16)
 
 
 @njit(cache=True, nogil=True, inline='always')
-def _max_tap(xt, at, float_offsets, t, best, index):
-    """One tap of eight max-pooling windows: the plane value at ``at`` (table entry t)."""
-    v = vload(xt, at * 8)
-    return vwhere_gt(v, best, v, best), vwhere_gt(v, best, vsplat(float_offsets, t), index)
+def _max_tap(v, best, index, tap):
+    """One tap of L max-pooling windows: (best, index) after value v at tap (strict >)."""
+    return vwhere_gt(v, best, v, best), vwhere_gt(v, best, tap, index)
 
 
 @njit(cache=True, nogil=True, inline='always')
-def _max_pool_lanes(x, planes, in_plane, width, kh, kw, starts, offsets, y, mask):
-    """Max pooling eight planes at a time as vector lanes, the windows from the table (taps
-    at constant steps where a window is inside the image)."""
+def _max_pool_lanes(load, full, splat, L, x, planes, in_plane, width, kh, kw, starts, offsets, y, mask):
+    """Max pooling L (8 or 16: ``load``, ``full``, ``splat`` of that width) planes at a time as
+    vector lanes, the windows from the table; where a window is inside the image its taps are
+    at constant steps and its argmax is kept relative to its first tap, made absolute at the
+    end (a -1, no tap above -FLT_MAX, stays -1)."""
     out_plane = starts.size - 1
     float_offsets = offsets.astype(np.float32)  # the argmax values
-    xt = np.empty(in_plane * 8, np.float32)
-    yt = np.empty(out_plane * 8, np.float32)
-    mt = np.empty(out_plane * 8, np.float32)
-    for first in range(0, planes, 8):
-        lanes = min(8, planes - first)
-        _to_lanes(x, first, lanes, in_plane, xt)
+    xt = np.empty(in_plane * L, np.float32)
+    yt = np.empty(out_plane * L, np.float32)
+    mt = np.empty(out_plane * L, np.float32)
+    lowest = full(_LOWEST)
+    for first in range(0, planes, L):
+        lanes = min(L, planes - first)
+        _to_lanes(x, first, lanes, in_plane, xt, L)
         for o in range(out_plane):
-            _prefetch_next_planes(x, first, in_plane, out_plane, o)
-            best = vfull(_LOWEST)
-            index = vfull(np.float32(-1.0))
+            _prefetch_next_planes(x, first, in_plane, out_plane, o, L)
+            best = lowest
+            index = full(np.float32(-1.0))
             t0 = starts[o]
             if _inside(starts, o, kh, kw):
+                corner = offsets[t0]
                 for ky in range(kh):
                     for kx in range(kw):
-                        best, index = _max_tap(xt, offsets[t0] + ky * width + kx, float_offsets, t0 + ky * kw + kx,
-                                               best, index)
+                        best, index = _max_tap(load(xt, (corner + ky * width + kx) * L), best, index,
+                                               full(np.float32(ky * width + kx)))
+                index = vwhere_gt(best, lowest, vadd(index, full(np.float32(corner))), index)
             else:
                 for t in range(t0, starts[o + 1]):
-                    best, index = _max_tap(xt, offsets[t], float_offsets, t, best, index)
-            vstore(yt, o * 8, best)
-            vstore(mt, o * 8, index)
-        _from_lanes(yt, first, lanes, out_plane, y)
-        _from_lanes(mt, first, lanes, out_plane, mask)
+                    best, index = _max_tap(load(xt, offsets[t] * L), best, index, splat(float_offsets, t))
+            vstore(yt, o * L, best)
+            vstore(mt, o * L, index)
+        _from_lanes(yt, first, lanes, out_plane, y, L)
+        _from_lanes(mt, first, lanes, out_plane, mask, L)
+
+
+# Plane-lane kernels: 3 x 3 and 2 x 2 windows compiled as constants, eight or sixteen
+# (``_wide``) planes a vector; each compiled on first use.
+@njit(cache=True, nogil=True)
+def _max_pool_lanes_3x3(x, planes, in_plane, width, starts, offsets, y, mask):
+    _max_pool_lanes(vload, vfull, vsplat, 8, x, planes, in_plane, width, 3, 3, starts, offsets, y, mask)
 
 
 @njit(cache=True, nogil=True)
-def _max_pool_lanes_3x3(x, planes, in_plane, width, starts, offsets, y, mask):
-    _max_pool_lanes(x, planes, in_plane, width, 3, 3, starts, offsets, y, mask)
+def _max_pool_lanes_3x3_wide(x, planes, in_plane, width, starts, offsets, y, mask):
+    _max_pool_lanes(wload, wfull, wsplat, 16, x, planes, in_plane, width, 3, 3, starts, offsets, y, mask)
 
 
 @njit(cache=True, nogil=True)
 def _max_pool_lanes_2x2(x, planes, in_plane, width, starts, offsets, y, mask):
-    _max_pool_lanes(x, planes, in_plane, width, 2, 2, starts, offsets, y, mask)
+    _max_pool_lanes(vload, vfull, vsplat, 8, x, planes, in_plane, width, 2, 2, starts, offsets, y, mask)
+
+
+@njit(cache=True, nogil=True)
+def _max_pool_lanes_2x2_wide(x, planes, in_plane, width, starts, offsets, y, mask):
+    _max_pool_lanes(wload, wfull, wsplat, 16, x, planes, in_plane, width, 2, 2, starts, offsets, y, mask)
 
 
 @njit(cache=True, nogil=True)
 def _max_pool_lanes_any(x, planes, in_plane, width, kh, kw, starts, offsets, y, mask):
-    _max_pool_lanes(x, planes, in_plane, width, kh, kw, starts, offsets, y, mask)
+    _max_pool_lanes(vload, vfull, vsplat, 8, x, planes, in_plane, width, kh, kw, starts, offsets, y, mask)
+
+
+@njit(cache=True, nogil=True)
+def _max_pool_lanes_any_wide(x, planes, in_plane, width, kh, kw, starts, offsets, y, mask):
+    _max_pool_lanes(wload, wfull, wsplat, 16, x, planes, in_plane, width, kh, kw, starts, offsets, y, mask)
 
 
 @njit(cache=True, nogil=True, inline='always')
-def _row_taps(x, at, sw):
+def _row_taps8(x, at, sw):
     """Eight taps of one window row: x[at + sw * lane] (stride 2: in swizzled lane order)."""
     return vload(x, at) if sw == 1 else vload_even_swizzled(x, at)
 
 
 @njit(cache=True, nogil=True, inline='always')
-def _inside_columns(v, ox, kx, pw, sw, width, outside):
-    """v where tap kx of the lane's window (outputs ox .. ox + 7) is a column of the image,
-    else ``outside`` (v itself where all eight are)."""
-    if ox * sw + kx - pw >= 0 and (ox + 7) * sw + kx - pw < width:
-        return v
-    column = vramp(np.float32(ox * sw + kx - pw), np.float32(sw))
-    column = column if sw == 1 else vunswizzle(column)
-    inside = vwhere_gt(vfull(np.float32(width) - np.float32(0.5)), column, v, outside)
-    return vwhere_gt(column, vfull(np.float32(-0.5)), inside, outside)
+def _row_taps16(x, at, sw):
+    """Sixteen taps of one window row: x[at + sw * lane], in order."""
+    return wload(x, at) if sw == 1 else wload_even(x, at)
 
 
 @njit(cache=True, nogil=True, inline='always')
-def _eight_max_windows(x, in_base, hstart, rows, width, kw, pw, sw, ox, y, mask, o, masked):
-    """Max pooling outputs o + ox .. o + ox + 7 of one output row (window rows hstart ..
-    hstart + rows - 1 of the plane at in_base) as vector lanes. Each lane keeps the window
-    position of its best value relative to the window's corner, made absolute at the end. With
-    ``masked``, a column outside the image reads as -FLT_MAX, which never wins (strict >), as
-    if skipped."""
-    lowest = vfull(_LOWEST)
+def _in_order8(v, sw):
+    """Eight lanes from :func:`_row_taps8`'s order to the outputs' (and back)."""
+    return v if sw == 1 else vunswizzle(v)
+
+
+@njit(cache=True, nogil=True, inline='always')
+def _in_order16(v, sw):
+    """Sixteen lanes from :func:`_row_taps16` are in the outputs' order already."""
+    return v
+
+
+# The row kernels take what they work with as their first arguments (``row_taps, in_order,
+# full, ramp, block``: the row-tap load, the lane order, splat, ramp and the block's width) so
+# that one body serves both widths: _row_taps8, _in_order8, vfull, vramp, 8 for blocks of eight
+# outputs; _row_taps16, _in_order16, wfull, wramp, 16 for sixteen (AVX-512).
+
+
+@njit(cache=True, nogil=True, inline='always')
+def _inside_columns(in_order, full, ramp, block, v, ox, kx, pw, sw, width, outside):
+    """v where tap kx of the lane's window (outputs ox .. ox + block - 1) is a column of the
+    image, else ``outside`` (v itself where all of them are)."""
+    if ox * sw + kx - pw >= 0 and (ox + block - 1) * sw + kx - pw < width:
+        return v
+    column = in_order(ramp(np.float32(ox * sw + kx - pw), np.float32(sw)), sw)
+    inside = vwhere_gt(full(np.float32(width) - np.float32(0.5)), column, v, outside)
+    return vwhere_gt(column, full(np.float32(-0.5)), inside, outside)
+
+
+@njit(cache=True, nogil=True, inline='always')
+def _max_windows(row_taps, in_order, full, ramp, block, x, in_base, hstart, rows, width, kw, pw, sw, ox, y, mask, o,
+                 masked):
+    """Max pooling outputs o + ox .. of one output row (a block of 8 or 16; window
+    rows hstart .. hstart + rows - 1 of the plane at in_base) as vector lanes. Each lane keeps
+    the window position of its best value relative to the window's corner, made absolute at
+    the end. With ``masked``, a column outside the image reads as -FLT_MAX, which never wins
+    (strict >), as if skipped."""
+    lowest = full(_LOWEST)
     best = lowest
-    index = vfull(np.float32(-1.0))
+    index = full(np.float32(-1.0))
     corner = hstart * width - pw + ox * sw
     for ky in range(rows):
         for kx in range(kw):
             rel = ky * width + kx
-            v = _row_taps(x, in_base + corner + rel, sw)
+            v = row_taps(x, in_base + corner + rel, sw)
             if masked:
-                v = _inside_columns(v, ox, kx, pw, sw, width, lowest)
-            index = vwhere_gt(v, best, vfull(np.float32(rel)), index)
+                v = _inside_columns(in_order, full, ramp, block, v, ox, kx, pw, sw, width, lowest)
+            index = vwhere_gt(v, best, full(np.float32(rel)), index)
             best = vwhere_gt(v, best, v, best)
-    if sw != 1:
-        best, index = vunswizzle(best), vunswizzle(index)
-    absolute = vadd(index, vramp(np.float32(corner), np.float32(sw)))
+    best, index = in_order(best, sw), in_order(index, sw)
+    absolute = vadd(index, ramp(np.float32(corner), np.float32(sw)))
     vstore(y, o + ox, best)
-    vstore(mask, o + ox, vwhere_gt(best, lowest, absolute, vfull(np.float32(-1.0))))
+    vstore(mask, o + ox, vwhere_gt(best, lowest, absolute, full(np.float32(-1.0))))
 
 
 @njit(cache=True, nogil=True, inline='always')
-def _eight_ave_windows(x, in_base, hstart, rows, tall, width, kw, pw, sw, ox, y, o, masked):
-    """Average pooling outputs o + ox .. o + ox + 7 of one output row as vector lanes: each
-    lane's float32 sum over window rows hstart .. hstart + rows - 1 in row-major tap order
-    (with ``masked``, a column outside the image adds +0, which leaves the sum's bits alone:
-    it starts at +0 and so is never -0), divided by its window's size clipped to the padded
-    image (``tall`` rows)."""
-    zero = vfull(np.float32(0.0))
+def _ave_windows(row_taps, in_order, full, ramp, block, x, in_base, hstart, rows, tall, width, kw, pw, sw, ox, y, o,
+                 masked):
+    """Average pooling outputs o + ox .. of one output row as vector lanes: each lane's float32
+    sum over window rows hstart .. hstart + rows - 1 in row-major tap order (with ``masked``, a
+    column outside the image adds +0, which leaves the sum's bits alone: it starts at +0 and so
+    is never -0), divided by its window's size clipped to the padded image (``tall`` rows)."""
+    zero = full(np.float32(0.0))
     total = zero
     corner = hstart * width - pw + ox * sw
     for ky in range(rows):
         for kx in range(kw):
-            v = _row_taps(x, in_base + corner + ky * width + kx, sw)
+            v = row_taps(x, in_base + corner + ky * width + kx, sw)
             if masked:
-                v = _inside_columns(v, ox, kx, pw, sw, width, zero)
+                v = _inside_columns(in_order, full, ramp, block, v, ox, kx, pw, sw, width, zero)
             total = vadd(total, v)
-    if sw != 1:
-        total = vunswizzle(total)
-    left = vramp(np.float32(ox * sw - pw), np.float32(sw))
-    right = vadd(left, vfull(np.float32(kw)))
-    limit = vfull(np.float32(width + pw))
+    total = in_order(total, sw)
+    left = ramp(np.float32(ox * sw - pw), np.float32(sw))
+    right = vadd(left, full(np.float32(kw)))
+    limit = full(np.float32(width + pw))
     right = vwhere_gt(right, limit, limit, right)
-    vstore(y, o + ox, vdiv(total, vmul(vfull(np.float32(tall)), vsub(right, left))))
+    vstore(y, o + ox, vdiv(total, vmul(full(np.float32(tall)), vsub(right, left))))
 
 
 @njit(cache=True, nogil=True, inline='always')
-def _eight_windows(x, in_base, hstart, rows, tall, width, kw, pw, sw, ox, y, mask, o, masked, average):
-    """:func:`_eight_ave_windows` or :func:`_eight_max_windows`."""
+def _windows(row_taps, in_order, full, ramp, block, x, in_base, hstart, rows, tall, width, kw, pw, sw, ox, y, mask, o,
+             masked, average):
+    """:func:`_ave_windows` or :func:`_max_windows`."""
     if average:
-        _eight_ave_windows(x, in_base, hstart, rows, tall, width, kw, pw, sw, ox, y, o, masked)
+        _ave_windows(row_taps, in_order, full, ramp, block, x, in_base, hstart, rows, tall, width, kw, pw, sw, ox, y, o,
+                     masked)
     else:
-        _eight_max_windows(x, in_base, hstart, rows, width, kw, pw, sw, ox, y, mask, o, masked)
+        _max_windows(row_taps, in_order, full, ramp, block, x, in_base, hstart, rows, width, kw, pw, sw, ox, y, mask, o,
+                     masked)
 
 
 @njit(cache=True, nogil=True, inline='always', error_model='numpy')
@@ -312,71 +366,136 @@ def _prefetch_rows_ahead(x, base, size, first, count):
 
 
 @njit(cache=True, nogil=True, inline='always')
-def _pool_rows(x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, y, mask, average):
-    """Max (y, mask) or average (y; mask unused) pooling eight outputs of a row at a time (sw
-    1 or 2): rows of 8 or more in blocks, the last block of a row overlapping the one before;
-    shorter rows in one block whose lanes past the row are stored and then overwritten by the
-    next row. Inlined with constant window sizes and stride where the caller has them, so that
-    the tap loops unroll. The next plane's input is prefetched a few lines an output row (in a
-    net it is seldom in the caches: in-net, one thread, CIFAR10-quick's pool1 forward 9.0 -> 11.8
-    GB/s, AlexNet's pool1 / pool2 8.0-8.9 -> 11.3-11.9 GB/s)."""
+def _pool_rows(row_taps, in_order, full, ramp, block, x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, y,
+               mask, average):
+    """Max (y, mask) or average (y; mask unused) pooling a block of 8 or 16 outputs of a row at
+    a time (``block``; sw 1 or 2): rows of a block or more in blocks, the last block of a row
+    overlapping the one before; shorter rows in one block whose lanes past the row are stored
+    and then overwritten by the next row. Inlined with constant window sizes and stride where
+    the caller has them, so that the tap loops unroll; rows whose windows lie inside the
+    image's rows take a short way (CIFAR10-quick's pool1 forward alone 1.14 -> 1.02 ms).
+    The next plane's input is prefetched a few lines an output row (in a net it is seldom in
+    the caches: in-net, one thread, CIFAR10-quick's pool1 forward 9.0 -> 11.8 GB/s, AlexNet's
+    pool1 / pool2 8.0-8.9 -> 11.3-11.9 GB/s)."""
     lo = min(out_w, (pw + sw - 1) // sw)  # [lo, hi): windows inside the image's columns
     hi = max(lo, min(out_w, (width - kw + pw) // sw + 1))
-    lanes = max(out_w, 8)
-    valid = min(out_w, 8)
-    reach = (lanes - 8) * sw + kw - 1 + (15 if sw == 2 else 7)  # read past a window row's first block
+    row_lanes = max(out_w, block)
+    valid = min(out_w, block)
+    reach = (row_lanes - block) * sw + kw - 1 + sw * block - 1  # read past a window row's first block
     in_plane = height * width
     per_row = -(-in_plane // (16 * out_h))  # the next plane's input lines, spread over the output rows
+    top = min(out_h, -(-ph // sh))  # [top, bottom): windows inside the image's rows
+    bottom = max(top, min(out_h, (height - kh + ph) // sh + 1))
     for plane in range(planes):
         in_base = plane * in_plane
+        # whether rows top .. bottom - 1 of this plane stay inside x and y: then they take the
+        # short way (no clipping, no checks, the window height a constant)
+        inner = (bottom > top and in_base + (top * sh - ph) * width - pw >= 0
+                 and in_base + ((bottom - 1) * sh - ph + kh - 1) * width - pw + reach < x.size
+                 and (plane * out_h + bottom - 1) * out_w + row_lanes <= y.size)
         for oy in range(out_h):
             if plane + 1 < planes:
                 _prefetch_rows_ahead(x, in_base + in_plane, in_plane, oy * per_row, per_row)
+            if inner and top <= oy < bottom:
+                o = (plane * out_h + oy) * out_w
+                for b in range((out_w + block - 1) // block):
+                    ox = min(block * b, row_lanes - block)
+                    if ox < lo or ox + valid > hi:
+                        _windows(row_taps, in_order, full, ramp, block, x, in_base, oy * sh - ph, kh, kh, width, kw, pw,
+                                 sw, ox, y, mask, o, True, average)
+                    else:
+                        _windows(row_taps, in_order, full, ramp, block, x, in_base, oy * sh - ph, kh, kh, width, kw, pw,
+                                 sw, ox, y, mask, o, False, average)
+                continue
             hstart = oy * sh - ph
             tall = min(hstart + kh, height + ph) - hstart
             hend = min(hstart + kh, height)
             hstart = max(hstart, 0)
             o = (plane * out_h + oy) * out_w
             first = in_base + hstart * width - pw
-            if first < 0 or first + (hend - hstart - 1) * width + reach >= x.size or o + lanes > y.size:
+            if first < 0 or first + (hend - hstart - 1) * width + reach >= x.size or o + row_lanes > y.size:
                 for ox in range(out_w):
                     _one_window(x, in_base, hstart, hend, tall, width, kw, pw, sw, ox, y, mask, o, average)
                 continue
-            for b in range((out_w + 7) // 8):
-                ox = min(8 * b, lanes - 8)
+            for b in range((out_w + block - 1) // block):
+                ox = min(block * b, row_lanes - block)
                 rows = hend - hstart
                 if ox < lo or ox + valid > hi:
-                    _eight_windows(x, in_base, hstart, rows, tall, width, kw, pw, sw, ox, y, mask, o, True, average)
+                    _windows(row_taps, in_order, full, ramp, block, x, in_base, hstart, rows, tall, width, kw, pw, sw,
+                             ox, y, mask, o, True, average)
                 elif rows == kh:  # the constant window height: its tap loops unroll
-                    _eight_windows(x, in_base, hstart, kh, tall, width, kw, pw, sw, ox, y, mask, o, False, average)
+                    _windows(row_taps, in_order, full, ramp, block, x, in_base, hstart, kh, tall, width, kw, pw, sw,
+                             ox, y, mask, o, False, average)
                 else:
-                    _eight_windows(x, in_base, hstart, rows, tall, width, kw, pw, sw, ox, y, mask, o, False, average)
+                    _windows(row_taps, in_order, full, ramp, block, x, in_base, hstart, rows, tall, width, kw, pw, sw,
+                             ox, y, mask, o, False, average)
+
+
+# Max pooling by rows: window and stride constant where common (their tap loops unroll), eight
+# or sixteen outputs a block; each compiled on first use.
+@njit(cache=True, nogil=True)
+def _max_pool_rows_3x3_stride_2(x, planes, height, width, ph, pw, sh, out_h, out_w, y, mask):
+    _pool_rows(_row_taps8, _in_order8, vfull, vramp, 8,
+               x, planes, height, width, 3, 3, ph, pw, sh, 2, out_h, out_w, y, mask, False)
 
 
 @njit(cache=True, nogil=True)
-def _max_pool_rows_3x3_stride_2(x, planes, height, width, ph, pw, sh, out_h, out_w, y, mask):
-    _pool_rows(x, planes, height, width, 3, 3, ph, pw, sh, 2, out_h, out_w, y, mask, False)
+def _max_pool_rows_3x3_stride_2_wide(x, planes, height, width, ph, pw, sh, out_h, out_w, y, mask):
+    _pool_rows(_row_taps16, _in_order16, wfull, wramp, 16,
+               x, planes, height, width, 3, 3, ph, pw, sh, 2, out_h, out_w, y, mask, False)
 
 
 @njit(cache=True, nogil=True)
 def _max_pool_rows_2x2_stride_2(x, planes, height, width, ph, pw, sh, out_h, out_w, y, mask):
-    _pool_rows(x, planes, height, width, 2, 2, ph, pw, sh, 2, out_h, out_w, y, mask, False)
+    _pool_rows(_row_taps8, _in_order8, vfull, vramp, 8,
+               x, planes, height, width, 2, 2, ph, pw, sh, 2, out_h, out_w, y, mask, False)
+
+
+@njit(cache=True, nogil=True)
+def _max_pool_rows_2x2_stride_2_wide(x, planes, height, width, ph, pw, sh, out_h, out_w, y, mask):
+    _pool_rows(_row_taps16, _in_order16, wfull, wramp, 16,
+               x, planes, height, width, 2, 2, ph, pw, sh, 2, out_h, out_w, y, mask, False)
 
 
 @njit(cache=True, nogil=True)
 def _max_pool_rows_3x3_stride_1(x, planes, height, width, ph, pw, sh, out_h, out_w, y, mask):
-    _pool_rows(x, planes, height, width, 3, 3, ph, pw, sh, 1, out_h, out_w, y, mask, False)
+    _pool_rows(_row_taps8, _in_order8, vfull, vramp, 8,
+               x, planes, height, width, 3, 3, ph, pw, sh, 1, out_h, out_w, y, mask, False)
+
+
+@njit(cache=True, nogil=True)
+def _max_pool_rows_3x3_stride_1_wide(x, planes, height, width, ph, pw, sh, out_h, out_w, y, mask):
+    _pool_rows(_row_taps16, _in_order16, wfull, wramp, 16,
+               x, planes, height, width, 3, 3, ph, pw, sh, 1, out_h, out_w, y, mask, False)
 
 
 @njit(cache=True, nogil=True)
 def _max_pool_rows_any(x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, y, mask):
-    _pool_rows(x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, y, mask, False)
+    _pool_rows(_row_taps8, _in_order8, vfull, vramp, 8,
+               x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, y, mask, False)
+
+
+@njit(cache=True, nogil=True)
+def _max_pool_rows_any_wide(x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, y, mask):
+    _pool_rows(_row_taps16, _in_order16, wfull, wramp, 16,
+               x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, y, mask, False)
 
 
 @njit(cache=True, nogil=True, error_model='numpy')  # 0 / 0: NaN, as in Caffe
 def _ave_pool_rows(x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, y):
-    _pool_rows(x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, y, y, True)
+    _pool_rows(_row_taps8, _in_order8, vfull, vramp, 8,
+               x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, y, y, True)
 
+
+@njit(cache=True, nogil=True, error_model='numpy')
+def _ave_pool_rows_wide(x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, y):
+    _pool_rows(_row_taps16, _in_order16, wfull, wramp, 16,
+               x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, y, y, True)
+
+
+_MAX_POOL_ROWS = {(3, 3, 2): (_max_pool_rows_3x3_stride_2, _max_pool_rows_3x3_stride_2_wide),
+                  (2, 2, 2): (_max_pool_rows_2x2_stride_2, _max_pool_rows_2x2_stride_2_wide),
+                  (3, 3, 1): (_max_pool_rows_3x3_stride_1, _max_pool_rows_3x3_stride_1_wide)}
 
 # The narrowest output rows that go by rows: narrower ones leave lanes idle, and eight planes
 # as lanes do better. In-net, one thread: AlexNet's 6-wide max pool5 0.97 -> 0.67 ms by rows;
@@ -384,31 +503,38 @@ def _ave_pool_rows(x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_
 # against 0.84 ms; a 16-wide average pool (cold caches) 2.6 -> 2.1 ms by rows.
 ROWS_MIN_WIDTH = {False: 6, True: 12}  # by ``average``
 
+PLANE_LANES = 16 if WIDE else 8
+"""Planes a vector in the plane-lane kernels: sixteen with AVX-512."""
+
+SIXTEEN_FROM = 9 if WIDE else None
+"""The narrowest output rows pooled sixteen outputs a block (AVX-512 only; narrower rows fit
+one eight-output block)."""
+
 
 def _by_rows(x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, y, mask, average):
     """Whether rows suit this geometry; if so, pool by rows (max pooling with constant windows
     where common; average pooling, by rows only on wide planes, with any)."""
     if out_w < ROWS_MIN_WIDTH[average] or sw > 2:
         return False
+    wide = int(SIXTEEN_FROM is not None and out_w >= SIXTEEN_FROM)
     if average:
-        _ave_pool_rows(x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, y)
-    elif (kh, kw, sw) == (3, 3, 2):
-        _max_pool_rows_3x3_stride_2(x, planes, height, width, ph, pw, sh, out_h, out_w, y, mask)
-    elif (kh, kw, sw) == (2, 2, 2):
-        _max_pool_rows_2x2_stride_2(x, planes, height, width, ph, pw, sh, out_h, out_w, y, mask)
-    elif (kh, kw, sw) == (3, 3, 1):
-        _max_pool_rows_3x3_stride_1(x, planes, height, width, ph, pw, sh, out_h, out_w, y, mask)
+        (_ave_pool_rows, _ave_pool_rows_wide)[wide](x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, y)
+    elif (kh, kw, sw) in _MAX_POOL_ROWS:
+        _MAX_POOL_ROWS[kh, kw, sw][wide](x, planes, height, width, ph, pw, sh, out_h, out_w, y, mask)
     else:
-        _max_pool_rows_any(x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, y, mask)
+        (_max_pool_rows_any, _max_pool_rows_any_wide)[wide](x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h,
+                                                            out_w, y, mask)
     return True
 
 
 def _lanes_kernel(constant, general, kh, kw):
     """A plane-lane kernel for this window and the window arguments it takes: the one
-    compiled for constant 3 x 3 or 2 x 2 windows, else the general one (kh, kw as arguments)."""
+    compiled for constant 3 x 3 or 2 x 2 windows, else the general one (kh, kw as arguments);
+    each given as (eight planes a vector, sixteen), the width by :data:`PLANE_LANES`."""
+    wide = int(PLANE_LANES == 16)
     if (kh, kw) in ((3, 3), (2, 2)):
-        return constant[kh - 2], ()
-    return general, (kh, kw)
+        return constant[kh - 2][wide], ()
+    return general[wide], (kh, kw)
 
 
 def max_pool_forward(x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, taps, y, mask):
@@ -416,7 +542,9 @@ def max_pool_forward(x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, ou
     ``taps`` is :func:`window_taps` of this geometry. Rows of 6 or more outputs at stride 1
     or 2 go by rows, the others by plane lanes."""
     if not _by_rows(x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, y, mask, False):
-        kernel, window = _lanes_kernel((_max_pool_lanes_2x2, _max_pool_lanes_3x3), _max_pool_lanes_any, kh, kw)
+        kernel, window = _lanes_kernel(((_max_pool_lanes_2x2, _max_pool_lanes_2x2_wide),
+                                        (_max_pool_lanes_3x3, _max_pool_lanes_3x3_wide)),
+                                       (_max_pool_lanes_any, _max_pool_lanes_any_wide), kh, kw)
         kernel(x, planes, height * width, width, *window, taps[0], taps[1], y, mask)
 
 
@@ -424,7 +552,9 @@ def ave_pool_forward(x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, ou
     """y holds planes*out_h*out_w averages; ``taps`` is :func:`window_taps` of this geometry.
     Rows of 12 or more outputs at stride 1 or 2 go by rows, the others by plane lanes."""
     if not _by_rows(x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, y, y, True):
-        kernel, window = _lanes_kernel((_ave_pool_lanes_2x2, _ave_pool_lanes_3x3), _ave_pool_lanes_any, kh, kw)
+        kernel, window = _lanes_kernel(((_ave_pool_lanes_2x2, _ave_pool_lanes_2x2_wide),
+                                        (_ave_pool_lanes_3x3, _ave_pool_lanes_3x3_wide)),
+                                       (_ave_pool_lanes_any, _ave_pool_lanes_any_wide), kh, kw)
         kernel(x, planes, height * width, width, *window, *taps[:3], y)
 
 
@@ -434,8 +564,8 @@ def ave_pool_backward(dy, planes, taps, dx):
     its window, outputs in row-major order, into a zeroed dx); ``taps`` is :func:`window_taps`
     of this geometry."""
     covers = taps[3]
-    kernel = _AVE_POOL_BACKWARD.get(covers.shape[1], _ave_pool_backward_any)
-    kernel(dy, planes, taps[2], covers, dx)
+    kernel = _AVE_POOL_BACKWARD.get(covers.shape[1], (_ave_pool_backward_any, _ave_pool_backward_any_wide))
+    kernel[int(PLANE_LANES == 16)](dy, planes, taps[2], covers, dx)
 
 
 @njit(cache=True, nogil=True)
@@ -461,109 +591,156 @@ def max_pool_backward(dy, mask, planes, in_plane, out_plane, dx):
 
 
 @njit(cache=True, nogil=True, inline='always')
-def _ave_pool_lanes(x, planes, in_plane, width, kh, kw, starts, offsets, sizes, y):
-    """Average pooling eight planes at a time as vector lanes: each output's float32 sum over
-    its window's taps in row-major order (from the table; at constant steps where the window is
-    inside the image), divided by its size."""
+def _ave_pool_lanes(load, full, splat, L, x, planes, in_plane, width, kh, kw, starts, offsets, sizes, y):
+    """Average pooling L (8 or 16) planes at a time as vector lanes: each output's float32 sum
+    over its window's taps in row-major order (from the table; at constant steps where the
+    window is inside the image), divided by its size."""
     out_plane = starts.size - 1
-    xt = np.empty(in_plane * 8, np.float32)
-    yt = np.empty(out_plane * 8, np.float32)
-    for first in range(0, planes, 8):
-        lanes = min(8, planes - first)
-        _to_lanes(x, first, lanes, in_plane, xt)
+    xt = np.empty(in_plane * L, np.float32)
+    yt = np.empty(out_plane * L, np.float32)
+    for first in range(0, planes, L):
+        lanes = min(L, planes - first)
+        _to_lanes(x, first, lanes, in_plane, xt, L)
         for o in range(out_plane):
-            _prefetch_next_planes(x, first, in_plane, out_plane, o)
-            total = vfull(np.float32(0.0))
+            _prefetch_next_planes(x, first, in_plane, out_plane, o, L)
+            total = full(np.float32(0.0))
             if _inside(starts, o, kh, kw):
                 for ky in range(kh):
                     for kx in range(kw):
-                        total = vadd(total, vload(xt, (offsets[starts[o]] + ky * width + kx) * 8))
+                        total = vadd(total, load(xt, (offsets[starts[o]] + ky * width + kx) * L))
             else:
                 for t in range(starts[o], starts[o + 1]):
-                    total = vadd(total, vload(xt, offsets[t] * 8))
-            vstore(yt, o * 8, vdiv(total, vsplat(sizes, o)))
-        _from_lanes(yt, first, lanes, out_plane, y)
+                    total = vadd(total, load(xt, offsets[t] * L))
+            vstore(yt, o * L, vdiv(total, splat(sizes, o)))
+        _from_lanes(yt, first, lanes, out_plane, y, L)
 
 
 @njit(cache=True, nogil=True)
 def _ave_pool_lanes_3x3(x, planes, in_plane, width, starts, offsets, sizes, y):
-    _ave_pool_lanes(x, planes, in_plane, width, 3, 3, starts, offsets, sizes, y)
+    _ave_pool_lanes(vload, vfull, vsplat, 8, x, planes, in_plane, width, 3, 3, starts, offsets, sizes, y)
+
+
+@njit(cache=True, nogil=True)
+def _ave_pool_lanes_3x3_wide(x, planes, in_plane, width, starts, offsets, sizes, y):
+    _ave_pool_lanes(wload, wfull, wsplat, 16, x, planes, in_plane, width, 3, 3, starts, offsets, sizes, y)
 
 
 @njit(cache=True, nogil=True)
 def _ave_pool_lanes_2x2(x, planes, in_plane, width, starts, offsets, sizes, y):
-    _ave_pool_lanes(x, planes, in_plane, width, 2, 2, starts, offsets, sizes, y)
+    _ave_pool_lanes(vload, vfull, vsplat, 8, x, planes, in_plane, width, 2, 2, starts, offsets, sizes, y)
+
+
+@njit(cache=True, nogil=True)
+def _ave_pool_lanes_2x2_wide(x, planes, in_plane, width, starts, offsets, sizes, y):
+    _ave_pool_lanes(wload, wfull, wsplat, 16, x, planes, in_plane, width, 2, 2, starts, offsets, sizes, y)
 
 
 @njit(cache=True, nogil=True)
 def _ave_pool_lanes_any(x, planes, in_plane, width, kh, kw, starts, offsets, sizes, y):
-    _ave_pool_lanes(x, planes, in_plane, width, kh, kw, starts, offsets, sizes, y)
+    _ave_pool_lanes(vload, vfull, vsplat, 8, x, planes, in_plane, width, kh, kw, starts, offsets, sizes, y)
+
+
+@njit(cache=True, nogil=True)
+def _ave_pool_lanes_any_wide(x, planes, in_plane, width, kh, kw, starts, offsets, sizes, y):
+    _ave_pool_lanes(wload, wfull, wsplat, 16, x, planes, in_plane, width, kh, kw, starts, offsets, sizes, y)
 
 
 @njit(cache=True, nogil=True, inline='always')
-def _gathered(shares, covers, p, terms):
-    """Input p's gradient in eight lanes: its covering outputs' shares added in order (the zero
+def _gathered(load, zero, L, shares, covers, p, terms):
+    """Input p's gradient in L lanes: its covering outputs' shares added in order (the zero
     terms that pad ``covers`` change no bit: x + 0 is x, and Caffe starts from a zero too)."""
-    total = vzero()
+    total = zero
     for j in range(terms):
-        total = vadd(total, vload(shares, covers[p, j] * 8))
+        total = vadd(total, load(shares, covers[p, j] * L))
     return total
 
 
 @njit(cache=True, nogil=True, inline='always')
-def _ave_pool_backward(dy, planes, terms, sizes, covers, dx):
-    """:func:`ave_pool_backward` eight planes at a time as vector lanes: each output's share
-    dy / size once, then every input gathers its ``terms`` shares (a fixed count, so the loop
-    unrolls where it is a constant); eight inputs' vectors are transposed straight into their
-    planes, whose next group's lines are fetched for writing meanwhile (dx is seldom in the
-    caches: CIFAR10-quick's pool2 backward in-net about 15% faster)."""
+def _halves8(v):
+    """An eight-lane vector as the one half it has (see :func:`_ave_pool_backward`)."""
+    return v, v
+
+
+@njit(cache=True, nogil=True, inline='always')
+def _ave_pool_backward(load, full, splat, halves, L, dy, planes, terms, sizes, covers, dx):
+    """:func:`ave_pool_backward` L (8 or 16: ``halves`` splits a vector of that width in
+    eight-lane halves) planes at a time as vector lanes: each output's share dy / size once,
+    then every input gathers its ``terms`` shares (a fixed count, so the loop unrolls where it
+    is a constant); eight inputs' vectors are transposed straight into their planes (each
+    eight-lane half into eight planes), whose next group's lines are fetched for writing
+    meanwhile (dx is seldom in the caches: CIFAR10-quick's pool2 backward in-net about 15%
+    faster)."""
     in_plane, out_plane = covers.shape[0], sizes.size
-    shares = np.zeros((out_plane + 1) * 8, np.float32)  # the last vector: the zero term
-    spill = np.empty(8, np.float32)
-    for first in range(0, planes, 8):
-        lanes = min(8, planes - first)
-        _to_lanes(dy, first, lanes, out_plane, shares)
+    shares = np.zeros((out_plane + 1) * L, np.float32)  # the last vector: the zero term
+    spill = np.empty(L, np.float32)
+    zero = full(np.float32(0.0))
+    for first in range(0, planes, L):
+        lanes = min(L, planes - first)
+        _to_lanes(dy, first, lanes, out_plane, shares, L)
         for o in range(out_plane):
-            vstore(shares, o * 8, vdiv(vload(shares, o * 8), vsplat(sizes, o)))
+            vstore(shares, o * L, vdiv(load(shares, o * L), splat(sizes, o)))
         base = first * in_plane
         p = 0
-        if lanes == 8:
+        if lanes == L:
             while p + 8 <= in_plane:
                 if p % 16 == 0:
-                    for r in range(8, 16):
+                    for r in range(L, 2 * L):
                         if base + r * in_plane + p < dx.size:
                             prefetch_to_write(dx, base + r * in_plane + p)
-                t = vtranspose(_gathered(shares, covers, p, terms), _gathered(shares, covers, p + 1, terms),
-                               _gathered(shares, covers, p + 2, terms), _gathered(shares, covers, p + 3, terms),
-                               _gathered(shares, covers, p + 4, terms), _gathered(shares, covers, p + 5, terms),
-                               _gathered(shares, covers, p + 6, terms), _gathered(shares, covers, p + 7, terms))
-                for r in range(8):
-                    vstore(dx, base + r * in_plane + p, t[r])
+                g = (halves(_gathered(load, zero, L, shares, covers, p, terms)),
+                     halves(_gathered(load, zero, L, shares, covers, p + 1, terms)),
+                     halves(_gathered(load, zero, L, shares, covers, p + 2, terms)),
+                     halves(_gathered(load, zero, L, shares, covers, p + 3, terms)),
+                     halves(_gathered(load, zero, L, shares, covers, p + 4, terms)),
+                     halves(_gathered(load, zero, L, shares, covers, p + 5, terms)),
+                     halves(_gathered(load, zero, L, shares, covers, p + 6, terms)),
+                     halves(_gathered(load, zero, L, shares, covers, p + 7, terms)))
+                for half in range(L // 8):
+                    t = vtranspose(g[0][half], g[1][half], g[2][half], g[3][half], g[4][half], g[5][half],
+                                   g[6][half], g[7][half])
+                    for r in range(8):
+                        vstore(dx, base + (half * 8 + r) * in_plane + p, t[r])
                 p += 8
         for q in range(p, in_plane):
-            vstore(spill, 0, _gathered(shares, covers, q, terms))
+            vstore(spill, 0, _gathered(load, zero, L, shares, covers, q, terms))
             for lane in range(lanes):
                 dx[base + lane * in_plane + q] = spill[lane]
 
 
+# by the most outputs covering one input: 4 (3 x 3 windows at stride 2, 2 x 2 at stride 1),
+# 1 (windows that do not overlap, global pooling), any; eight or sixteen (``_wide``) planes
 @njit(cache=True, nogil=True)
 def _ave_pool_backward_4(dy, planes, sizes, covers, dx):
-    _ave_pool_backward(dy, planes, 4, sizes, covers, dx)
+    _ave_pool_backward(vload, vfull, vsplat, _halves8, 8, dy, planes, 4, sizes, covers, dx)
+
+
+@njit(cache=True, nogil=True)
+def _ave_pool_backward_4_wide(dy, planes, sizes, covers, dx):
+    _ave_pool_backward(wload, wfull, wsplat, whalves, 16, dy, planes, 4, sizes, covers, dx)
 
 
 @njit(cache=True, nogil=True)
 def _ave_pool_backward_1(dy, planes, sizes, covers, dx):
-    _ave_pool_backward(dy, planes, 1, sizes, covers, dx)
+    _ave_pool_backward(vload, vfull, vsplat, _halves8, 8, dy, planes, 1, sizes, covers, dx)
+
+
+@njit(cache=True, nogil=True)
+def _ave_pool_backward_1_wide(dy, planes, sizes, covers, dx):
+    _ave_pool_backward(wload, wfull, wsplat, whalves, 16, dy, planes, 1, sizes, covers, dx)
 
 
 @njit(cache=True, nogil=True)
 def _ave_pool_backward_any(dy, planes, sizes, covers, dx):
-    _ave_pool_backward(dy, planes, covers.shape[1], sizes, covers, dx)
+    _ave_pool_backward(vload, vfull, vsplat, _halves8, 8, dy, planes, covers.shape[1], sizes, covers, dx)
 
 
-# by the most outputs covering one input: 4 (3 x 3 windows at stride 2, 2 x 2 at stride 1),
-# 1 (windows that do not overlap, global pooling)
-_AVE_POOL_BACKWARD = {4: _ave_pool_backward_4, 1: _ave_pool_backward_1}
+@njit(cache=True, nogil=True)
+def _ave_pool_backward_any_wide(dy, planes, sizes, covers, dx):
+    _ave_pool_backward(wload, wfull, wsplat, whalves, 16, dy, planes, covers.shape[1], sizes, covers, dx)
+
+
+_AVE_POOL_BACKWARD = {4: (_ave_pool_backward_4, _ave_pool_backward_4_wide),
+                      1: (_ave_pool_backward_1, _ave_pool_backward_1_wide)}
 
 
 @njit(cache=True, inline='always')

@@ -1,7 +1,7 @@
 """Eight-float vectors in Numba kernels: LLVM's ``<8 x float>`` as a Numba type, with load
 (also of the even elements of 16, in swizzled lane order), store, splat, ramp, zero, fused
 multiply-add, lane-wise arithmetic, compare-and-select and an 8 x 8 transpose; and cache
-prefetch hints (to read, to write). Sixteen-float vectors (``wload``, ``wstore``, ``wsplat``,
+prefetch hints (to read, to write). Sixteen-float vectors (``wload``, ``wload_even``, ``whalves``, ``wstore``, ``wsplat``,
 ``wfull``, ``wramp``, ``wzero``: one zmm register; ``vfma``, ``vstore``, ``vwhere_gt``,
 ``vrelu`` and the lane-wise arithmetic take either width) for kernels that have a wide
 variant, used where :data:`WIDE` says the CPU has AVX-512.
@@ -22,7 +22,7 @@ from numba.extending import intrinsic, models, register_model
 
 __all__ = ['vload', 'vload_even_swizzled', 'vunswizzle', 'vstore', 'vsplat', 'vfull', 'vramp', 'vzero', 'vfma', 'vadd', 'vsub',
            'vmul', 'vdiv', 'vwhere_gt', 'vrelu', 'vtranspose', 'prefetch', 'prefetch_to_write', 'WIDTH',
-           'wload', 'wstore', 'wsplat', 'wfull', 'wramp', 'wzero', 'WIDE']
+           'wload', 'wload_even', 'whalves', 'wstore', 'wsplat', 'wfull', 'wramp', 'wzero', 'WIDE']
 
 WIDTH = 8
 _VECTOR = ir.VectorType(ir.FloatType(), WIDTH)
@@ -219,6 +219,32 @@ wstore = vstore
 def wload(typingctx, array, index):
     """array[index:index + 16] as a wide vector."""
     return float32x16(array, index), _load_codegen(_WIDE_VECTOR)
+
+
+@intrinsic
+def wload_even(typingctx, array, index):
+    """array[index + 2 * k] for k = 0 .. 15 (the even elements of array[index:index + 32], in
+    order: two loads and one two-register permute)."""
+    def codegen(context, builder, sig, args):
+        pointer = _element_pointer(context, builder, sig.args[0], args[0], args[1])
+        low = builder.load(builder.bitcast(pointer, _WIDE_VECTOR.as_pointer()), align=4)
+        high_pointer = builder.gep(pointer, [ir.Constant(ir.IntType(64), 2 * WIDTH)])
+        high = builder.load(builder.bitcast(high_pointer, _WIDE_VECTOR.as_pointer()), align=4)
+        evens = ir.Constant(ir.VectorType(ir.IntType(32), 2 * WIDTH), list(range(0, 4 * WIDTH, 2)))
+        return builder.shuffle_vector(low, high, evens)
+    return float32x16(array, index), codegen
+
+
+@intrinsic
+def whalves(typingctx, vector):
+    """The wide vector's lanes 0 .. 7 and 8 .. 15 as two eight-lane vectors."""
+    def codegen(context, builder, sig, args):
+        undefined = ir.Constant(_WIDE_VECTOR, ir.Undefined)
+        low = builder.shuffle_vector(args[0], undefined, ir.Constant(ir.VectorType(ir.IntType(32), WIDTH), list(range(WIDTH))))
+        high = builder.shuffle_vector(args[0], undefined,
+                                      ir.Constant(ir.VectorType(ir.IntType(32), WIDTH), list(range(WIDTH, 2 * WIDTH))))
+        return context.make_tuple(builder, sig.return_type, [low, high])
+    return types.UniTuple(float32x8, 2)(vector), codegen
 
 
 @intrinsic

@@ -138,25 +138,30 @@ def _pool_backward_reference(dy, x_shape, k, s, p, method, mask):
     return dx
 
 
+@pytest.mark.parametrize('sixteen', [False, True], ids=['8-lanes', '16-lanes'])
 @pytest.mark.parametrize('rows_from', [None, 1, 10 ** 9], ids=['default', 'rows', 'plane-lanes'])
-def test_max_and_ave_pooling_match_caffes_definition_bit_for_bit(rows_from, monkeypatch):
+def test_max_and_ave_pooling_match_caffes_definition_bit_for_bit(rows_from, sixteen, monkeypatch):
     """Random geometries (pads, strides, windows clipped at the edges or empty) and inputs with
     ties, negative zeros and infinities: both ways through the planes give Caffe's bits, forward
     and backward. By rows (stride 1 or 2; vector blocks of 8 outputs, the last one overlapping,
     rows shorter than 8 in one block whose spare lanes the next row overwrites, edge windows
     masked lane by lane, rows whose loads or stores would leave the array one by one) and by
-    eight planes at a time as lanes (15 planes: one full group and a partial one): each
+    eight planes at a time as lanes (6, 15 or 20 planes: full groups and partial ones): each
     geometry both ways (``rows_from``: the narrowest rows that go by rows, for MAX and AVE) and
-    the way the layer picks by default."""
+    the way the layer picks by default; with vectors of eight lanes (rows in blocks of eight
+    outputs, eight planes a vector) and of sixteen (every row in blocks of sixteen, rows shorter
+    than that too; sixteen planes a vector)."""
     from pycaffe_ft.kernels import pooling as kernels
     if rows_from is not None:
         monkeypatch.setattr(kernels, 'ROWS_MIN_WIDTH', {False: rows_from, True: rows_from})
+    monkeypatch.setattr(kernels, 'SIXTEEN_FROM', 1 if sixteen else None)
+    monkeypatch.setattr(kernels, 'PLANE_LANES', 16 if sixteen else 8)
     rng = np.random.default_rng(3)
     for trial in range(80):
         h, w = int(rng.integers(2, 14)), int(rng.integers(2, 14 if trial < 30 else 41))
         k = int(rng.integers(1, min(h, w) + 1))
         s, p = int(rng.integers(1, 4)), int(rng.integers(0, k))
-        shape = (2, 3, h, w) if trial % 2 else (3, 5, h, w)
+        shape = ((2, 3), (3, 5), (4, 5))[trial % 3] + (h, w)
         x = rng.integers(-2, 3, shape).astype(np.float32) * np.float32(0.37)
         x[x == 0] = np.float32(-0.0) if trial % 3 == 0 else np.float32(0.0)
         if trial % 4 == 0:
