@@ -26,8 +26,17 @@ def needs_synthetic_input(lp):
     return lp.type != 'MemoryData' and not os.path.exists(source.get(lp.type, ''))
 
 
+STREAM_PASSES = 10
+"""Passes run after the timed ones with each Pooling layer's pass replaced by a stream of its
+bytes (:func:`pooling_stand_ins`)."""
+
+
 def time_net(model, iterations=50, phase=0, level=0, stages=(), overrides=None, weights=None,
-             out=print):
+             out=print, streams=True):
+    """Caffe's ``time``: the net's layers timed pass by pass over ``iterations`` forward and
+    backward passes (synthetic input where a data layer has no dataset here), with throughput
+    per layer (:func:`report_throughput`); ``streams``: also time pooling's stand-ins in
+    :data:`STREAM_PASSES` more passes."""
     from .net import Net
     from .proto import caffe_pb2
     param, source = load_net_param(model)
@@ -66,21 +75,13 @@ def time_net(model, iterations=50, phase=0, level=0, stages=(), overrides=None, 
     for it in range(iterations):
         yardsticks.measure(it)
         t_iter = time.perf_counter()
-        for i in range(n):
-            t0 = time.perf_counter()
-            net.layers[i].run_forward(net.bottom_vecs[i], net.top_vecs[i])
-            fwd_each[it, i] = time.perf_counter() - t0
-        t_mid = time.perf_counter()
-        fwd_total += t_mid - t_iter
-        for i in range(n - 1, -1, -1):
-            t0 = time.perf_counter()
-            if net.layer_need_backward[i]:
-                net.layers[i].backward(net.top_vecs[i], net.bottom_need_backward[i], net.bottom_vecs[i])
-            bwd_each[it, i] = time.perf_counter() - t0
-        bwd_total += time.perf_counter() - t_mid
+        forward, backward = _timed_pass(net, fwd_each[it], bwd_each[it])
+        fwd_total += forward
+        bwd_total += backward
         out('Iteration: %d forward-backward time: %.3f ms.' % (it + 1, (time.perf_counter() - t_iter) * 1e3))
     total = fwd_total + bwd_total
-    report_throughput(net, work, fwd_each, bwd_each, yardsticks, out)
+    streamed = _streamed_passes(net, min(iterations, STREAM_PASSES)) if streams else None
+    report_throughput(net, work, fwd_each, bwd_each, yardsticks, out, streamed)
     fwd, bwd = fwd_each.sum(axis=0), bwd_each.sum(axis=0)
     out('Average time per layer: ')
     for i, name in enumerate(net._layer_names):
@@ -94,6 +95,76 @@ def time_net(model, iterations=50, phase=0, level=0, stages=(), overrides=None, 
     return {'forward_ms': fwd_total / iterations * 1e3, 'backward_ms': bwd_total / iterations * 1e3,
             'total_ms': total / iterations * 1e3, 'layers': list(net._layer_names),
             'layer_forward_ms': list(fwd / iterations * 1e3), 'layer_backward_ms': list(bwd / iterations * 1e3)}
+
+
+def _timed_pass(net, forward_seconds, backward_seconds, stand_ins=None):
+    """One forward and backward pass layer by layer, each layer's seconds into the two rows;
+    a layer in ``stand_ins`` (index -> (forward, backward) callables) runs those instead.
+    Returns the seconds of the whole forward and of the whole backward."""
+    stand_ins = stand_ins or {}
+    start = time.perf_counter()
+    for i, layer in enumerate(net.layers):
+        t0 = time.perf_counter()
+        if i in stand_ins:
+            stand_ins[i][0]()
+        else:
+            layer.run_forward(net.bottom_vecs[i], net.top_vecs[i])
+        forward_seconds[i] = time.perf_counter() - t0
+    middle = time.perf_counter()
+    for i in range(len(net.layers) - 1, -1, -1):
+        t0 = time.perf_counter()
+        if net.layer_need_backward[i]:
+            if i in stand_ins:
+                stand_ins[i][1]()
+            else:
+                net.layers[i].backward(net.top_vecs[i], net.bottom_need_backward[i], net.bottom_vecs[i])
+        backward_seconds[i] = time.perf_counter() - t0
+    return middle - start, time.perf_counter() - middle
+
+
+def pooling_stand_ins(net, i):
+    """(forward, backward) callables that move the bytes Pooling layer i moves (those
+    :func:`layer_work` counts: its bottom and top, and the argmax mask of MAX and STOCHASTIC
+    pooling) over the same image ranges on the same threads, with :func:`~.kernels.stream.stream`
+    and no arithmetic. Timed in the layer's place, they show what memory gives the layer at
+    that point of a pass; they overwrite its top data and bottom diff."""
+    from .intra_op import for_images
+    from .kernels.stream import stream
+    from .layers.pooling import SERIAL_BELOW
+    from .proto import caffe_pb2
+    layer, bottom, top = net.layers[i], net.bottom_vecs[i], net.top_vecs[i]
+    x, dx, y, dy = bottom[0].data, bottom[0].diff, top[0].data, top[0].diff
+    mask = None if layer.method == caffe_pb2.PoolingParameter.AVE else top[1].data if len(top) > 1 else layer._mask
+    nothing = np.empty(0, np.float32)
+
+    def flat(array, lo, hi):
+        return nothing if array is None else array[lo:hi].reshape(-1)
+
+    def forward():
+        for_images(lambda lo, hi: stream(flat(x, lo, hi), nothing, flat(y, lo, hi), flat(mask, lo, hi)),
+                   x.shape[0], x[0].size, SERIAL_BELOW)
+
+    def backward():
+        for_images(lambda lo, hi: stream(flat(dy, lo, hi), flat(mask, lo, hi), flat(dx, lo, hi), nothing),
+                   x.shape[0], x[0].size, SERIAL_BELOW)
+    return forward, backward
+
+
+def _streamed_passes(net, passes):
+    """Seconds (passes x layers, forward and backward) of the Pooling layers' stand-ins
+    (:func:`pooling_stand_ins`), each timed in its layer's place in ``passes`` more passes (NaN
+    for the other layers), or None if the net has no Pooling layer."""
+    stand_ins = {i: pooling_stand_ins(net, i) for i, layer in enumerate(net.layers)
+                 if layer.type == 'Pooling' and layer_work(net, i) is not None}
+    if not stand_ins or passes < 1:
+        return None
+    n = len(net.layers)
+    forward, backward = np.zeros((passes, n)), np.zeros((passes, n))
+    for it in range(passes):
+        _timed_pass(net, forward[it], backward[it], stand_ins)
+    others = [i for i in range(n) if i not in stand_ins]
+    forward[:, others] = backward[:, others] = np.nan
+    return forward, backward
 
 
 class Yardsticks:
@@ -166,12 +237,14 @@ def layer_work(net, i):
     return 'GFLOP/s', per_pass / 1e9, backward / 1e9
 
 
-def report_throughput(net, rows, fwd_s, bwd_s, yardsticks, out=print):
+def report_throughput(net, rows, fwd_s, bwd_s, yardsticks, out=print, streamed=None):
     """Print GFLOP/s (and % of the GEMM peak) or GB/s (and % of the copy's) per layer, forward
     and backward, for ``rows`` ((layer index, :func:`layer_work`) of the layers it counts),
     from the layers' seconds ``fwd_s``/``bwd_s`` (passes x layers) and the :class:`Yardsticks`
     sampled before each pass: a rate is the median over the passes, a share the median of each
-    pass's rate over that pass's yardstick."""
+    pass's rate over that pass's yardstick. With ``streamed`` (forward and backward seconds of
+    :func:`pooling_stand_ins` timed in the layers' places, as from :func:`_streamed_passes`),
+    a Pooling layer's rate is also set beside its stand-in's (median against median)."""
     from .intra_op import num_threads
     if not rows:
         return
@@ -181,8 +254,10 @@ def report_throughput(net, rows, fwd_s, bwd_s, yardsticks, out=print):
                         % np.median(yardsticks.peak))
     if yardsticks.bandwidth is not None:
         measured.append('a 64 MB copy %.1f GB/s' % np.median(yardsticks.bandwidth))
-    out('Throughput per layer, median of %d passes (%d thread(s); measured before each pass: %s):'
-        % (len(fwd_s), num_threads(), '; '.join(measured)))
+    out('Throughput per layer, median of %d passes (%d thread(s); measured before each pass: %s%s):'
+        % (len(fwd_s), num_threads(), '; '.join(measured),
+           '; pooling also beside a stream of its bytes run in its place, %d more passes' % len(streamed[0])
+           if streamed is not None else ''))
     for i, (unit, fwork, bwork) in rows:
         parts = []
         layer = net.layers[i]
@@ -194,8 +269,13 @@ def report_throughput(net, rows, fwd_s, bwd_s, yardsticks, out=print):
                 continue
             rates = work / seconds
             share = 100.0 * np.median(rates / yardstick)
-            share = ' (%.0f%% of peak%s)' % (share, ', ' + algorithm if algorithm else '') \
-                if unit == 'GFLOP/s' else ' (%.0f%% of the copy)' % share
+            if unit == 'GFLOP/s':
+                share = ' (%.0f%% of peak%s)' % (share, ', ' + algorithm if algorithm else '')
+            elif streamed is not None and not np.isnan(streamed[label == 'backward'][:, i]).any():
+                share = ' (%.0f%% of the copy, %.0f%% of its bytes streamed in its place)' % (
+                    share, 100.0 * np.median(streamed[label == 'backward'][:, i]) / np.median(seconds))
+            else:
+                share = ' (%.0f%% of the copy)' % share
             parts.append('%s %.1f %s%s' % (label, np.median(rates), unit, share))
         if parts:
             out('%10s\t%s' % (net._layer_names[i], ', '.join(parts)))

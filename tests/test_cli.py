@@ -4,6 +4,7 @@ import re
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 import pycaffe_ft as caffe
@@ -64,8 +65,11 @@ def test_time_prints_caffe_style_report_with_synthetic_data(capsys, tmp_path, mo
                          r'\([0-9]+%% of peak, %s\)' % (name, backward), out)
     for name in ('ip1', 'ip2'):
         assert re.search(r'%s\tforward [0-9.]+ GFLOP/s \([0-9]+%% of peak\), backward [0-9.]+ GFLOP/s' % name, out)
-    assert re.search(r'pool1\tforward [0-9.]+ GB/s \([0-9]+% of the copy\), backward [0-9.]+ GB/s '
-                     r'\([0-9]+% of the copy\)', out)
+    # and beside a stream of the same bytes run in the layer's place, in more passes
+    assert re.search(r'pooling also beside a stream of its bytes run in its place, 2 more passes', out)
+    assert re.search(r'pool1\tforward [0-9.]+ GB/s \([0-9]+% of the copy, [0-9]+% of its bytes streamed in its '
+                     r'place\), backward [0-9.]+ GB/s \([0-9]+% of the copy, [0-9]+% of its bytes streamed in its '
+                     r'place\)', out)
 
 
 def test_layer_work_counts_two_flops_per_multiply_add():
@@ -87,6 +91,29 @@ def test_layer_work_counts_two_flops_per_multiply_add():
         assert unit == 'GFLOP/s' and forward == pytest.approx(2 * top.count * per_output / 1e9)
         # conv1's bottom is the data (no gradient): weights only; the others: weights and bottom
         assert backward == pytest.approx(forward * (1 if name == 'conv1' else 2))
+
+
+def test_pooling_stand_ins_write_the_arrays_the_layer_writes():
+    """`time`'s stand-in of a MAX pool moves its bytes: forward writes the top and the mask,
+    backward the bottom diff."""
+    from pycaffe_ft.bench import pooling_stand_ins
+    net = caffe.Net('''layer { name: "data" type: "Input" top: "data"
+          input_param { shape { dim: 3 dim: 2 dim: 9 dim: 9 } } }
+        layer { name: "pool" type: "Pooling" bottom: "data" top: "pool"
+          pooling_param { pool: MAX kernel_size: 3 stride: 2 } }
+        layer { name: "loss" type: "EuclideanLoss" bottom: "pool" bottom: "pool" top: "loss" }''', caffe.TRAIN)
+    i = list(net._layer_names).index('pool')
+    layer, bottom, top = net.layers[i], net.bottom_vecs[i], net.top_vecs[i]
+    bottom[0].data[...] = np.random.default_rng(1).uniform(1, 2, bottom[0].shape)
+    for array in (top[0].data, layer._mask, bottom[0].diff):
+        array[...] = np.nan
+    forward, backward = pooling_stand_ins(net, i)
+    forward()
+    assert not np.isnan(top[0].data).any() and not np.isnan(layer._mask).any()
+    assert np.isnan(bottom[0].diff).all()
+    top[0].diff[...] = 1.0
+    backward()
+    assert not np.isnan(bottom[0].diff).any()
 
 
 def test_errors_are_messages_not_tracebacks(tmp_path):

@@ -127,7 +127,7 @@ def measure_compute(key, batch):
         path = os.path.join(tmp, 'net.prototxt')
         with open(path, 'w') as f:
             f.write(str(proto))
-        times = time_net(path, iterations=20 if _small(key, batch) else 3, out=lambda *a: None)
+        times = time_net(path, iterations=20 if _small(key, batch) else 3, out=lambda *a: None, streams=False)
         net = caffe.Net(path, caffe.TRAIN)
     backward = np.array(times['layer_backward_ms']) / 1e3
     buckets = [((hi - lo) * 4, float(backward[:ready].sum())) for lo, hi, ready in plan_buckets(net, bucket_elements(net.param_diff.size))]

@@ -16,7 +16,7 @@ __all__ = ['PoolingLayer']
 
 _P = caffe_pb2.PoolingParameter
 
-_SERIAL_BELOW = 1 << 19
+SERIAL_BELOW = 1 << 19
 """Inputs of fewer values pool in one call, on one thread: split over two threads, LeNet's
 pool2 (205K values) took 0.21 ms against 0.15 each way, CIFAR10-quick's pool3 (410K) 0.38
 against 0.34 ms forward and backward; its pool2 (819K) gains a little from the split."""
@@ -108,14 +108,14 @@ class PoolingLayer(Layer):
             def images(lo, hi):
                 K.max_pool_forward(*self._geometry(x, lo, hi), y[lo:hi].reshape(-1), mask[lo:hi].reshape(-1))
                 self.relu_on_top_of(y[lo:hi])
-            for_images(images, x.shape[0], x[0].size, _SERIAL_BELOW)
+            for_images(images, x.shape[0], x[0].size, SERIAL_BELOW)
         else:
             x, y = bottom[0].data, top[0].data
 
             def images(lo, hi):
                 K.ave_pool_forward(*self._geometry(x, lo, hi), y[lo:hi].reshape(-1))
                 self.relu_on_top_of(y[lo:hi])
-            for_images(images, x.shape[0], x[0].size, _SERIAL_BELOW)
+            for_images(images, x.shape[0], x[0].size, SERIAL_BELOW)
 
     fuses_relu_backward = True  # every method overwrites the bottom diff (see Layer)
 
@@ -148,4 +148,4 @@ class PoolingLayer(Layer):
             def images(lo, hi):
                 K.ave_pool_backward(dy[lo:hi].reshape(-1), (hi - lo) * dx.shape[1], self._taps, dx[lo:hi].reshape(-1))
                 self.mask_relu_below(bottom, 0, lo, hi)
-        for_images(images, dx.shape[0], dx[0].size, _SERIAL_BELOW)
+        for_images(images, dx.shape[0], dx[0].size, SERIAL_BELOW)
