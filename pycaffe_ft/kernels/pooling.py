@@ -19,6 +19,9 @@ Two ways through the planes:
   2.3 -> 1.2 ms on one thread; AlexNet's 6-wide pool5 in-net 0.97 -> 0.67 ms against plane
   lanes. Sixteen lanes, in-net, alternated pass by pass: AlexNet's pool1 / pool2 forward 2.07
   -> 1.89 / 1.44 -> 1.24 ms, CIFAR10-quick's pool1 1.28 -> 1.15, LeNet's pool1 0.25 -> 0.22.)
+  Max pooling rows of up to ``PAIRS_UP_TO`` (8) outputs go two rows a sixteen-lane vector where
+  both rows' windows lie inside the image's rows (AlexNet's 6-wide pool5 forward in-net 0.46 ->
+  0.41 ms, against 0.51 by sixteen plane lanes).
 - **Plane lanes** (the backward of average pooling, and the forward of small planes or other
   strides): eight planes (sixteen with AVX-512, ``PLANE_LANES``) are transposed into the lanes
   of one vector (8 x 8 transposes), so every output, at the edges too, is one vector sum or
@@ -38,60 +41,49 @@ import numpy as np
 from numba import njit
 
 from .simd import WIDE, prefetch, prefetch_to_write, vadd, vdiv, vfull, vload, vload_even_swizzled, vmul, vramp, \
-    vsplat, vstore, vsub, vtranspose, vunswizzle, vwhere_gt, wfull, whalves, wload, wload_even, wramp, wsplat
+    vsplat, vstore, vsub, vtranspose, vunswizzle, vwhere_gt, wfull, whalves, wload, wload_even, wload_even_rows, \
+    wload_rows, wramp, wramp_rows, wsplat
 
 _LOWEST = np.float32(-3.4028234663852886e38)  # -FLT_MAX, where Caffe's max pooling starts
 
 
-@njit(cache=True)
 def window_taps(height, width, kh, kw, ph, pw, sh, sw, out_h, out_w):
     """The windows of one plane as a table: output o (row-major) reads the in-plane offsets
     ``offsets[starts[o]:starts[o + 1]]`` (its window clipped to the image, row-major), average
     pooling divides its sum by ``sizes[o]`` (the window clipped to the padded image, as Caffe
     counts), and ``covers`` (:func:`_covering_outputs`) lists the outputs whose windows hold
-    each input."""
-    out_plane = out_h * out_w
-    starts = np.empty(out_plane + 1, np.int64)
-    sizes = np.empty(out_plane, np.float32)
-    total = 0
-    for phase in range(2):  # count, then fill
-        if phase == 1:
-            offsets = np.empty(total, np.int64)
-        n = 0
-        for oy in range(out_h):
-            h0 = oy * sh - ph
-            h1 = min(h0 + kh, height + ph)
-            for ox in range(out_w):
-                w0 = ox * sw - pw
-                w1 = min(w0 + kw, width + pw)
-                if phase == 0:
-                    total += max(0, min(h1, height) - max(h0, 0)) * max(0, min(w1, width) - max(w0, 0))
-                    continue
-                starts[oy * out_w + ox] = n
-                sizes[oy * out_w + ox] = np.float32((h1 - h0) * (w1 - w0))
-                for yy in range(max(h0, 0), min(h1, height)):
-                    for xx in range(max(w0, 0), min(w1, width)):
-                        offsets[n] = yy * width + xx
-                        n += 1
-    starts[out_plane] = total
+    each input. Built with NumPy once a geometry (no compiling at a cold start)."""
+    h0 = np.arange(out_h, dtype=np.int64) * sh - ph
+    w0 = np.arange(out_w, dtype=np.int64) * sw - pw
+    h1, w1 = np.minimum(h0 + kh, height + ph), np.minimum(w0 + kw, width + pw)
+    sizes = np.outer(h1 - h0, w1 - w0).astype(np.float32).reshape(-1)
+    top, left = np.maximum(h0, 0), np.maximum(w0, 0)
+    tall = np.maximum(0, np.minimum(h1, height) - top)
+    wide = np.maximum(0, np.minimum(w1, width) - left)
+    counts = np.outer(tall, wide).reshape(-1)
+    starts = np.zeros(counts.size + 1, np.int64)
+    np.cumsum(counts, out=starts[1:])
+    # tap t of output o: row-major within its clipped window
+    t = np.arange(starts[-1], dtype=np.int64) - np.repeat(starts[:-1], counts)
+    columns = np.repeat(np.broadcast_to(wide, (out_h, out_w)).reshape(-1), counts)
+    rows = np.repeat(np.repeat(top, out_w), counts) + t // np.maximum(columns, 1)
+    offsets = rows * width + np.repeat(np.tile(left, out_h), counts) + t % np.maximum(columns, 1)
     return starts, offsets, sizes, _covering_outputs(starts, offsets, height * width)
 
 
-@njit(cache=True)
 def _covering_outputs(starts, offsets, in_plane):
     """covers[p]: the outputs whose windows hold input p, in ascending (row-major) order, then
     ``out_plane`` (a zero term) up to the width of the most covered input, so that every input
     gathers the same number of terms."""
     out_plane = starts.size - 1
-    count = np.zeros(in_plane, np.int64)
-    for t in range(offsets.size):
-        count[offsets[t]] += 1
-    covers = np.full((in_plane, max(1, count.max())), out_plane, np.int32)
-    count[:] = 0
-    for o in range(out_plane):
-        for t in range(starts[o], starts[o + 1]):
-            covers[offsets[t], count[offsets[t]]] = o
-            count[offsets[t]] += 1
+    outputs = np.repeat(np.arange(out_plane, dtype=np.int32), np.diff(starts))
+    order = np.lexsort((outputs, offsets))  # by input, then by output
+    count = np.bincount(offsets, minlength=in_plane)
+    covers = np.full((in_plane, max(1, int(count.max(initial=0)))), out_plane, np.int32)
+    first = np.zeros(in_plane, np.int64)
+    np.cumsum(count[:-1], out=first[1:])
+    inputs = offsets[order]
+    covers[inputs, np.arange(inputs.size) - first[inputs]] = outputs[order]
     return covers
 
 
@@ -336,6 +328,56 @@ def _windows(row_taps, in_order, full, ramp, block, x, in_base, hstart, rows, ta
                      masked)
 
 
+@njit(cache=True, nogil=True, inline='always')
+def _pair_windows(x, in_base, hstart, width, kh, kw, pw, sh, sw, y, mask, o, out_w, masked, average):
+    """Output rows oy and oy + 1 of a plane (rows of at most eight outputs; windows wholly
+    inside the image's rows, kh tall, from rows hstart and hstart + sh) in one sixteen-lane
+    vector, eight lanes a row: max pooling's compare-and-select chain or average pooling's
+    sum, lane by lane as in :func:`_max_windows` and :func:`_ave_windows` (columns outside the
+    image skipped the same way), then each half stored into its row (the first half's lanes
+    past the row are overwritten by the second's); ``masked`` where some windows run past the
+    image's left or right edge."""
+    pair = sh * width
+    lowest = wfull(_LOWEST)
+    outside = wfull(np.float32(0.0)) if average else lowest
+    best = outside
+    index = wfull(np.float32(-1.0))
+    corner = hstart * width - pw
+    for ky in range(kh):
+        for kx in range(kw):
+            rel = ky * width + kx
+            v = wload_rows(x, in_base + corner + rel, pair) if sw == 1 else \
+                wload_even_rows(x, in_base + corner + rel, pair)
+            if masked and (kx - pw < 0 or 7 * sw + kx - pw >= width):
+                column = wramp_rows(np.float32(kx - pw), np.float32(sw), np.float32(0.0))
+                v = vwhere_gt(wfull(np.float32(width) - np.float32(0.5)), column, v, outside)
+                v = vwhere_gt(column, wfull(np.float32(-0.5)), v, outside)
+            if average:
+                best = vadd(best, v)
+            else:
+                index = vwhere_gt(v, best, wfull(np.float32(rel)), index)
+                best = vwhere_gt(v, best, v, best)
+    if average:
+        left = wramp_rows(np.float32(-pw), np.float32(sw), np.float32(0.0))
+        right = vadd(left, wfull(np.float32(kw)))
+        limit = wfull(np.float32(width + pw))
+        right = vwhere_gt(right, limit, limit, right)
+        best = vdiv(best, vmul(wfull(np.float32(kh)), vsub(right, left)))
+    else:
+        absolute = vadd(index, wramp_rows(np.float32(corner), np.float32(sw), np.float32(pair)))
+        first, second = whalves(vwhere_gt(best, lowest, absolute, wfull(np.float32(-1.0))))
+        vstore(mask, o, first)
+        vstore(mask, o + out_w, second)
+    first, second = whalves(best)
+    vstore(y, o, first)
+    vstore(y, o + out_w, second)
+
+
+@njit(cache=True, nogil=True, inline='always')
+def _no_pair_windows(x, in_base, hstart, width, kh, kw, pw, sh, sw, y, mask, o, out_w, masked, average):
+    """Nothing: :func:`_pool_rows`' ``pair_windows`` where it never pairs rows."""
+
+
 @njit(cache=True, nogil=True, inline='always', error_model='numpy')
 def _one_window(x, in_base, hstart, hend, tall, width, kw, pw, sw, ox, y, mask, o, average):
     """Output o + ox alone (rows whose vector loads or stores would leave the array)."""
@@ -366,14 +408,16 @@ def _prefetch_rows_ahead(x, base, size, first, count):
 
 
 @njit(cache=True, nogil=True, inline='always')
-def _pool_rows(row_taps, in_order, full, ramp, block, x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, y,
-               mask, average):
+def _pool_rows(row_taps, in_order, full, ramp, block, pair_windows, x, planes, height, width, kh, kw, ph, pw, sh, sw,
+               out_h, out_w, y, mask, average, pairs):
     """Max (y, mask) or average (y; mask unused) pooling a block of 8 or 16 outputs of a row at
     a time (``block``; sw 1 or 2): rows of a block or more in blocks, the last block of a row
     overlapping the one before; shorter rows in one block whose lanes past the row are stored
     and then overwritten by the next row. Inlined with constant window sizes and stride where
     the caller has them, so that the tap loops unroll; rows whose windows lie inside the
-    image's rows take a short way (CIFAR10-quick's pool1 forward alone 1.14 -> 1.02 ms).
+    image's rows take a short way, with ``pairs`` two rows a vector (``pair_windows``: eight
+    lanes only; :func:`_pair_windows`, or :func:`_no_pair_windows` where ``pairs`` is False, so
+    that wide kernels do not compile it).
     The next plane's input is prefetched a few lines an output row (in a net it is seldom in
     the caches: in-net, one thread, CIFAR10-quick's pool1 forward 9.0 -> 11.8 GB/s, AlexNet's
     pool1 / pool2 8.0-8.9 -> 11.3-11.9 GB/s)."""
@@ -393,33 +437,35 @@ def _pool_rows(row_taps, in_order, full, ramp, block, x, planes, height, width, 
         inner = (bottom > top and in_base + (top * sh - ph) * width - pw >= 0
                  and in_base + ((bottom - 1) * sh - ph + kh - 1) * width - pw + reach < x.size
                  and (plane * out_h + bottom - 1) * out_w + row_lanes <= y.size)
-        for oy in range(out_h):
+        oy = 0
+        while oy < out_h:
             if plane + 1 < planes:
                 _prefetch_rows_ahead(x, in_base + in_plane, in_plane, oy * per_row, per_row)
-            if inner and top <= oy < bottom:
-                o = (plane * out_h + oy) * out_w
-                for b in range((out_w + block - 1) // block):
-                    ox = min(block * b, row_lanes - block)
-                    if ox < lo or ox + valid > hi:
-                        _windows(row_taps, in_order, full, ramp, block, x, in_base, oy * sh - ph, kh, kh, width, kw, pw,
-                                 sw, ox, y, mask, o, True, average)
-                    else:
-                        _windows(row_taps, in_order, full, ramp, block, x, in_base, oy * sh - ph, kh, kh, width, kw, pw,
-                                 sw, ox, y, mask, o, False, average)
-                continue
-            hstart = oy * sh - ph
-            tall = min(hstart + kh, height + ph) - hstart
-            hend = min(hstart + kh, height)
-            hstart = max(hstart, 0)
             o = (plane * out_h + oy) * out_w
-            first = in_base + hstart * width - pw
-            if first < 0 or first + (hend - hstart - 1) * width + reach >= x.size or o + row_lanes > y.size:
-                for ox in range(out_w):
-                    _one_window(x, in_base, hstart, hend, tall, width, kw, pw, sw, ox, y, mask, o, average)
-                continue
+            if inner and top <= oy < bottom:
+                hstart = oy * sh - ph
+                hend, tall = hstart + kh, kh
+                if pairs and oy + 1 < bottom:
+                    if plane + 1 < planes:
+                        _prefetch_rows_ahead(x, in_base + in_plane, in_plane, (oy + 1) * per_row, per_row)
+                    pair_windows(x, in_base, hstart, width, kh, kw, pw, sh, sw, y, mask, o, out_w, lo > 0 or valid > hi,
+                                 average)
+                    oy += 2
+                    continue
+            else:
+                hstart = oy * sh - ph
+                tall = min(hstart + kh, height + ph) - hstart
+                hend = min(hstart + kh, height)
+                hstart = max(hstart, 0)
+                first = in_base + hstart * width - pw
+                if first < 0 or first + (hend - hstart - 1) * width + reach >= x.size or o + row_lanes > y.size:
+                    for ox in range(out_w):
+                        _one_window(x, in_base, hstart, hend, tall, width, kw, pw, sw, ox, y, mask, o, average)
+                    oy += 1
+                    continue
+            rows = hend - hstart
             for b in range((out_w + block - 1) // block):
                 ox = min(block * b, row_lanes - block)
-                rows = hend - hstart
                 if ox < lo or ox + valid > hi:
                     _windows(row_taps, in_order, full, ramp, block, x, in_base, hstart, rows, tall, width, kw, pw, sw,
                              ox, y, mask, o, True, average)
@@ -429,68 +475,69 @@ def _pool_rows(row_taps, in_order, full, ramp, block, x, planes, height, width, 
                 else:
                     _windows(row_taps, in_order, full, ramp, block, x, in_base, hstart, rows, tall, width, kw, pw, sw,
                              ox, y, mask, o, False, average)
+            oy += 1
 
 
 # Max pooling by rows: window and stride constant where common (their tap loops unroll), eight
 # or sixteen outputs a block; each compiled on first use.
 @njit(cache=True, nogil=True)
-def _max_pool_rows_3x3_stride_2(x, planes, height, width, ph, pw, sh, out_h, out_w, y, mask):
-    _pool_rows(_row_taps8, _in_order8, vfull, vramp, 8,
-               x, planes, height, width, 3, 3, ph, pw, sh, 2, out_h, out_w, y, mask, False)
+def _max_pool_rows_3x3_stride_2(x, planes, height, width, ph, pw, sh, out_h, out_w, y, mask, pairs):
+    _pool_rows(_row_taps8, _in_order8, vfull, vramp, 8, _pair_windows,
+               x, planes, height, width, 3, 3, ph, pw, sh, 2, out_h, out_w, y, mask, False, pairs)
 
 
 @njit(cache=True, nogil=True)
 def _max_pool_rows_3x3_stride_2_wide(x, planes, height, width, ph, pw, sh, out_h, out_w, y, mask):
-    _pool_rows(_row_taps16, _in_order16, wfull, wramp, 16,
-               x, planes, height, width, 3, 3, ph, pw, sh, 2, out_h, out_w, y, mask, False)
+    _pool_rows(_row_taps16, _in_order16, wfull, wramp, 16, _no_pair_windows,
+               x, planes, height, width, 3, 3, ph, pw, sh, 2, out_h, out_w, y, mask, False, False)
 
 
 @njit(cache=True, nogil=True)
-def _max_pool_rows_2x2_stride_2(x, planes, height, width, ph, pw, sh, out_h, out_w, y, mask):
-    _pool_rows(_row_taps8, _in_order8, vfull, vramp, 8,
-               x, planes, height, width, 2, 2, ph, pw, sh, 2, out_h, out_w, y, mask, False)
+def _max_pool_rows_2x2_stride_2(x, planes, height, width, ph, pw, sh, out_h, out_w, y, mask, pairs):
+    _pool_rows(_row_taps8, _in_order8, vfull, vramp, 8, _pair_windows,
+               x, planes, height, width, 2, 2, ph, pw, sh, 2, out_h, out_w, y, mask, False, pairs)
 
 
 @njit(cache=True, nogil=True)
 def _max_pool_rows_2x2_stride_2_wide(x, planes, height, width, ph, pw, sh, out_h, out_w, y, mask):
-    _pool_rows(_row_taps16, _in_order16, wfull, wramp, 16,
-               x, planes, height, width, 2, 2, ph, pw, sh, 2, out_h, out_w, y, mask, False)
+    _pool_rows(_row_taps16, _in_order16, wfull, wramp, 16, _no_pair_windows,
+               x, planes, height, width, 2, 2, ph, pw, sh, 2, out_h, out_w, y, mask, False, False)
 
 
 @njit(cache=True, nogil=True)
-def _max_pool_rows_3x3_stride_1(x, planes, height, width, ph, pw, sh, out_h, out_w, y, mask):
-    _pool_rows(_row_taps8, _in_order8, vfull, vramp, 8,
-               x, planes, height, width, 3, 3, ph, pw, sh, 1, out_h, out_w, y, mask, False)
+def _max_pool_rows_3x3_stride_1(x, planes, height, width, ph, pw, sh, out_h, out_w, y, mask, pairs):
+    _pool_rows(_row_taps8, _in_order8, vfull, vramp, 8, _pair_windows,
+               x, planes, height, width, 3, 3, ph, pw, sh, 1, out_h, out_w, y, mask, False, pairs)
 
 
 @njit(cache=True, nogil=True)
 def _max_pool_rows_3x3_stride_1_wide(x, planes, height, width, ph, pw, sh, out_h, out_w, y, mask):
-    _pool_rows(_row_taps16, _in_order16, wfull, wramp, 16,
-               x, planes, height, width, 3, 3, ph, pw, sh, 1, out_h, out_w, y, mask, False)
+    _pool_rows(_row_taps16, _in_order16, wfull, wramp, 16, _no_pair_windows,
+               x, planes, height, width, 3, 3, ph, pw, sh, 1, out_h, out_w, y, mask, False, False)
 
 
 @njit(cache=True, nogil=True)
-def _max_pool_rows_any(x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, y, mask):
-    _pool_rows(_row_taps8, _in_order8, vfull, vramp, 8,
-               x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, y, mask, False)
+def _max_pool_rows_any(x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, y, mask, pairs):
+    _pool_rows(_row_taps8, _in_order8, vfull, vramp, 8, _pair_windows,
+               x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, y, mask, False, pairs)
 
 
 @njit(cache=True, nogil=True)
 def _max_pool_rows_any_wide(x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, y, mask):
-    _pool_rows(_row_taps16, _in_order16, wfull, wramp, 16,
-               x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, y, mask, False)
+    _pool_rows(_row_taps16, _in_order16, wfull, wramp, 16, _no_pair_windows,
+               x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, y, mask, False, False)
 
 
 @njit(cache=True, nogil=True, error_model='numpy')  # 0 / 0: NaN, as in Caffe
-def _ave_pool_rows(x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, y):
-    _pool_rows(_row_taps8, _in_order8, vfull, vramp, 8,
-               x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, y, y, True)
+def _ave_pool_rows(x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, y, pairs):
+    _pool_rows(_row_taps8, _in_order8, vfull, vramp, 8, _pair_windows,
+               x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, y, y, True, pairs)
 
 
 @njit(cache=True, nogil=True, error_model='numpy')
 def _ave_pool_rows_wide(x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, y):
-    _pool_rows(_row_taps16, _in_order16, wfull, wramp, 16,
-               x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, y, y, True)
+    _pool_rows(_row_taps16, _in_order16, wfull, wramp, 16, _no_pair_windows,
+               x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, y, y, True, False)
 
 
 _MAX_POOL_ROWS = {(3, 3, 2): (_max_pool_rows_3x3_stride_2, _max_pool_rows_3x3_stride_2_wide),
@@ -506,6 +553,9 @@ ROWS_MIN_WIDTH = {False: 6, True: 12}  # by ``average``
 PLANE_LANES = 16 if WIDE else 8
 """Planes a vector in the plane-lane kernels: sixteen with AVX-512."""
 
+PAIRS_UP_TO = 8 if WIDE else 0
+"""The widest output rows pooled two rows a vector (eight lanes each, AVX-512 only)."""
+
 SIXTEEN_FROM = 9 if WIDE else None
 """The narrowest output rows pooled sixteen outputs a block (AVX-512 only; narrower rows fit
 one eight-output block)."""
@@ -517,13 +567,15 @@ def _by_rows(x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, y, 
     if out_w < ROWS_MIN_WIDTH[average] or sw > 2:
         return False
     wide = int(SIXTEEN_FROM is not None and out_w >= SIXTEEN_FROM)
+    pairs = () if wide else (out_w <= PAIRS_UP_TO,)
     if average:
-        (_ave_pool_rows, _ave_pool_rows_wide)[wide](x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, y)
+        (_ave_pool_rows, _ave_pool_rows_wide)[wide](x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, y,
+                                                    *pairs)
     elif (kh, kw, sw) in _MAX_POOL_ROWS:
-        _MAX_POOL_ROWS[kh, kw, sw][wide](x, planes, height, width, ph, pw, sh, out_h, out_w, y, mask)
+        _MAX_POOL_ROWS[kh, kw, sw][wide](x, planes, height, width, ph, pw, sh, out_h, out_w, y, mask, *pairs)
     else:
         (_max_pool_rows_any, _max_pool_rows_any_wide)[wide](x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h,
-                                                            out_w, y, mask)
+                                                            out_w, y, mask, *pairs)
     return True
 
 

@@ -1,10 +1,11 @@
 """Eight-float vectors in Numba kernels: LLVM's ``<8 x float>`` as a Numba type, with load
 (also of the even elements of 16, in swizzled lane order), store, splat, ramp, zero, fused
 multiply-add, lane-wise arithmetic, compare-and-select and an 8 x 8 transpose; and cache
-prefetch hints (to read, to write). Sixteen-float vectors (``wload``, ``wload_even``, ``whalves``, ``wstore``, ``wsplat``,
-``wfull``, ``wramp``, ``wzero``: one zmm register; ``vfma``, ``vstore``, ``vwhere_gt``,
-``vrelu`` and the lane-wise arithmetic take either width) for kernels that have a wide
-variant, used where :data:`WIDE` says the CPU has AVX-512.
+prefetch hints (to read, to write). Sixteen-float vectors (``wload``, ``wload_even``,
+``whalves``, ``wstore``, ``wsplat``, ``wfull``, ``wramp``, ``wzero``, and two rows of eight in
+one vector: ``wload_rows``, ``wload_even_rows``, ``wramp_rows``; one zmm register; ``vfma``,
+``vstore``, ``vwhere_gt``, ``vrelu`` and the lane-wise arithmetic take either width) for
+kernels that have a wide variant, used where :data:`WIDE` says the CPU has AVX-512.
 
 Numba's loop vectorizer leaves register-blocked loops (a block of outputs kept in registers
 over a long reduction) scalar; these intrinsics write such loops with vectors directly. On a
@@ -20,9 +21,10 @@ from numba.core import config
 from numba.core import cgutils
 from numba.extending import intrinsic, models, register_model
 
-__all__ = ['vload', 'vload_even_swizzled', 'vunswizzle', 'vstore', 'vsplat', 'vfull', 'vramp', 'vzero', 'vfma', 'vadd', 'vsub',
-           'vmul', 'vdiv', 'vwhere_gt', 'vrelu', 'vtranspose', 'prefetch', 'prefetch_to_write', 'WIDTH',
-           'wload', 'wload_even', 'whalves', 'wstore', 'wsplat', 'wfull', 'wramp', 'wzero', 'WIDE']
+__all__ = ['vload', 'vload_even_swizzled', 'vunswizzle', 'vstore', 'vsplat', 'vfull', 'vramp', 'vzero', 'vfma', 'vadd',
+           'vsub', 'vmul', 'vdiv', 'vwhere_gt', 'vrelu', 'vtranspose', 'prefetch', 'prefetch_to_write', 'WIDTH',
+           'wload', 'wload_even', 'wload_rows', 'wload_even_rows', 'wramp_rows', 'whalves', 'wstore', 'wsplat', 'wfull',
+           'wramp', 'wzero', 'WIDE']
 
 WIDTH = 8
 _VECTOR = ir.VectorType(ir.FloatType(), WIDTH)
@@ -221,18 +223,60 @@ def wload(typingctx, array, index):
     return float32x16(array, index), _load_codegen(_WIDE_VECTOR)
 
 
+def _evens_of_two(builder, pointer, offset, vector):
+    """The even elements of the ``vector``-wide spans at pointer and pointer + offset (an LLVM
+    i64 value), the first span's in the low half of the result: two loads, one permute."""
+    lanes = vector.count
+    low = builder.load(builder.bitcast(pointer, vector.as_pointer()), align=4)
+    high = builder.load(builder.bitcast(builder.gep(pointer, [offset]), vector.as_pointer()), align=4)
+    return builder.shuffle_vector(low, high, ir.Constant(ir.VectorType(ir.IntType(32), lanes),
+                                                         list(range(0, 2 * lanes, 2))))
+
+
 @intrinsic
 def wload_even(typingctx, array, index):
     """array[index + 2 * k] for k = 0 .. 15 (the even elements of array[index:index + 32], in
     order: two loads and one two-register permute)."""
     def codegen(context, builder, sig, args):
         pointer = _element_pointer(context, builder, sig.args[0], args[0], args[1])
-        low = builder.load(builder.bitcast(pointer, _WIDE_VECTOR.as_pointer()), align=4)
-        high_pointer = builder.gep(pointer, [ir.Constant(ir.IntType(64), 2 * WIDTH)])
-        high = builder.load(builder.bitcast(high_pointer, _WIDE_VECTOR.as_pointer()), align=4)
-        evens = ir.Constant(ir.VectorType(ir.IntType(32), 2 * WIDTH), list(range(0, 4 * WIDTH, 2)))
-        return builder.shuffle_vector(low, high, evens)
+        return _evens_of_two(builder, pointer, ir.Constant(ir.IntType(64), 2 * WIDTH), _WIDE_VECTOR)
     return float32x16(array, index), codegen
+
+
+@intrinsic
+def wload_even_rows(typingctx, array, index, offset):
+    """Two rows' taps at stride 2 in one wide vector: the even elements of
+    array[index:index + 16] in lanes 0 .. 7 and of array[index + offset:index + offset + 16] in
+    lanes 8 .. 15."""
+    def codegen(context, builder, sig, args):
+        pointer = _element_pointer(context, builder, sig.args[0], args[0], args[1])
+        return _evens_of_two(builder, pointer, args[2], _WIDE_VECTOR)
+    return float32x16(array, index, types.int64), codegen
+
+
+@intrinsic
+def wload_rows(typingctx, array, index, offset):
+    """array[index:index + 8] in lanes 0 .. 7 and array[index + offset:index + offset + 8] in
+    lanes 8 .. 15 (two loads, one insert)."""
+    def codegen(context, builder, sig, args):
+        pointer = _element_pointer(context, builder, sig.args[0], args[0], args[1])
+        low = builder.load(builder.bitcast(pointer, _VECTOR.as_pointer()), align=4)
+        high = builder.load(builder.bitcast(builder.gep(pointer, [args[2]]), _VECTOR.as_pointer()), align=4)
+        return builder.shuffle_vector(low, high, ir.Constant(ir.VectorType(ir.IntType(32), 2 * WIDTH),
+                                                             list(range(2 * WIDTH))))
+    return float32x16(array, index, types.int64), codegen
+
+
+@intrinsic
+def wramp_rows(typingctx, start, step, offset):
+    """start + (lane % 8) * step + (lane // 8) * offset for lanes 0 .. 15 (float32 arithmetic):
+    the positions of :func:`wload_rows` or :func:`wload_even_rows` taps."""
+    def codegen(context, builder, sig, args):
+        steps = ir.Constant(_WIDE_VECTOR, [float(i % WIDTH) for i in range(2 * WIDTH)])
+        rows = ir.Constant(_WIDE_VECTOR, [float(i // WIDTH) for i in range(2 * WIDTH)])
+        start, step, offset = (_splat(builder, value, _WIDE_VECTOR) for value in args)
+        return builder.fadd(builder.fadd(start, builder.fmul(steps, step)), builder.fmul(rows, offset))
+    return float32x16(types.float32, types.float32, types.float32), codegen
 
 
 @intrinsic
@@ -240,9 +284,9 @@ def whalves(typingctx, vector):
     """The wide vector's lanes 0 .. 7 and 8 .. 15 as two eight-lane vectors."""
     def codegen(context, builder, sig, args):
         undefined = ir.Constant(_WIDE_VECTOR, ir.Undefined)
-        low = builder.shuffle_vector(args[0], undefined, ir.Constant(ir.VectorType(ir.IntType(32), WIDTH), list(range(WIDTH))))
-        high = builder.shuffle_vector(args[0], undefined,
-                                      ir.Constant(ir.VectorType(ir.IntType(32), WIDTH), list(range(WIDTH, 2 * WIDTH))))
+        low, high = (builder.shuffle_vector(args[0], undefined, ir.Constant(ir.VectorType(ir.IntType(32), WIDTH),
+                                                                            list(range(first, first + WIDTH))))
+                     for first in (0, WIDTH))
         return context.make_tuple(builder, sig.return_type, [low, high])
     return types.UniTuple(float32x8, 2)(vector), codegen
 

@@ -149,13 +149,16 @@ def test_max_and_ave_pooling_match_caffes_definition_bit_for_bit(rows_from, sixt
     eight planes at a time as lanes (6, 15 or 20 planes: full groups and partial ones): each
     geometry both ways (``rows_from``: the narrowest rows that go by rows, for MAX and AVE) and
     the way the layer picks by default; with vectors of eight lanes (rows in blocks of eight
-    outputs, eight planes a vector) and of sixteen (every row in blocks of sixteen, rows shorter
-    than that too; sixteen planes a vector)."""
+    outputs, rows of up to eight two a sixteen-lane vector, eight planes a vector) and of
+    sixteen (every row in blocks of sixteen, rows shorter than that too; sixteen planes a
+    vector)."""
     from pycaffe_ft.kernels import pooling as kernels
     if rows_from is not None:
         monkeypatch.setattr(kernels, 'ROWS_MIN_WIDTH', {False: rows_from, True: rows_from})
     monkeypatch.setattr(kernels, 'SIXTEEN_FROM', 1 if sixteen else None)
     monkeypatch.setattr(kernels, 'PLANE_LANES', 16 if sixteen else 8)
+    if rows_from is not None:  # by rows: rows of up to eight outputs two a vector (the default with AVX-512)
+        monkeypatch.setattr(kernels, 'PAIRS_UP_TO', 8 if rows_from == 1 else 0)
     rng = np.random.default_rng(3)
     for trial in range(80):
         h, w = int(rng.integers(2, 14)), int(rng.integers(2, 14 if trial < 30 else 41))
