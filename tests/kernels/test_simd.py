@@ -4,7 +4,7 @@ import numpy as np
 from numba import njit
 
 from pycaffe_ft.kernels.simd import vload, vload_even_swizzled, vstore, vtranspose, vunswizzle, whalves, wload, \
-    wload_even, wstore
+    wload_even, wload_even_rows, wload_rows, wramp_rows, wstore
 
 
 @njit(cache=False)
@@ -17,6 +17,15 @@ def _loaded(x, at):
     vstore(out, 32, high)
     vstore(out, 40, low)
     vstore(out, 48, vload(x, at))
+    return out
+
+
+@njit(cache=False)
+def _two_rows(x, at, offset):
+    out = np.empty(48, np.float32)
+    wstore(out, 0, wload_rows(x, at, offset))
+    wstore(out, 16, wload_even_rows(x, at, offset))
+    wstore(out, 32, wramp_rows(np.float32(at), np.float32(2.0), np.float32(offset)))
     return out
 
 
@@ -40,6 +49,15 @@ def test_loads_and_halves_put_lanes_in_the_documented_order():
         np.testing.assert_array_equal(out[32:40], x[at + 8:at + 16])
         np.testing.assert_array_equal(out[40:48], x[at:at + 8])
         np.testing.assert_array_equal(out[48:56], x[at:at + 8])
+
+
+def test_two_rows_in_one_wide_vector():
+    x = np.arange(100, dtype=np.float32)
+    for at, offset in ((0, 8), (3, 13), (5, 40)):
+        out = _two_rows(x, at, offset)
+        np.testing.assert_array_equal(out[:16], np.concatenate([x[at:at + 8], x[at + offset:at + offset + 8]]))
+        np.testing.assert_array_equal(out[16:32], np.concatenate([x[at:at + 16:2], x[at + offset:at + offset + 16:2]]))
+        np.testing.assert_array_equal(out[32:], np.concatenate([at + 2 * np.arange(8), at + offset + 2 * np.arange(8)]))
 
 
 def test_transpose_of_eight_rows():
