@@ -163,10 +163,12 @@ class Winograd:
         return max(1, min(num, STEP_VALUES // self._per_image(channels, k, tiles)))
 
     def _chunks(self, num, channels, k, out_hw):
-        """Image ranges of about 2M transformed values (4M where OpenBLAS runs the products:
-        AlexNet's 3x3 layers ran slower in the smaller chunks, CIFAR10-quick's faster)."""
+        """Image ranges of about 2M transformed values (8M where OpenBLAS runs the products:
+        AlexNet's 3x3 layers ran slower in the smaller chunks, CIFAR10-quick's faster; their
+        backward at batch 16, one / two threads: 4M -> 8M values, 6 -> 3 chunks, conv3 64.7 ->
+        61.6 / 40.1 -> 36.8 ms, conv5 41.2 -> 38.9 / 26.3 -> 23.4 ms)."""
         g = self.group
-        target = 1 << 19 if self.fast_products(channels // g, k // g) else 1 << 20
+        target = 1 << 19 if self.fast_products(channels // g, k // g) else 1 << 21
         return image_chunks(num, self._per_image(channels, k, self._tiles(out_hw)), target=target)
 
     def transform_weights(self, w, flip=False):
