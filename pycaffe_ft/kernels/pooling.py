@@ -226,15 +226,22 @@ def _max_pool_lanes_any_wide(x, planes, in_plane, width, kh, kw, starts, offsets
 
 
 @njit(cache=True, nogil=True, inline='always')
-def _row_taps8(x, at, sw):
+def _row_taps8(x, at, sw, apart):
     """Eight taps of one window row: x[at + sw * lane] (stride 2: in swizzled lane order)."""
     return vload(x, at) if sw == 1 else vload_even_swizzled(x, at)
 
 
 @njit(cache=True, nogil=True, inline='always')
-def _row_taps16(x, at, sw):
+def _row_taps16(x, at, sw, apart):
     """Sixteen taps of one window row: x[at + sw * lane], in order."""
     return wload(x, at) if sw == 1 else wload_even(x, at)
+
+
+@njit(cache=True, nogil=True, inline='always')
+def _row_taps_pair(x, at, sw, apart):
+    """Eight taps of one window row in lanes 0 .. 7 and of the row ``apart`` further in lanes
+    8 .. 15 (two output rows in one vector), in order."""
+    return wload_rows(x, at, apart) if sw == 1 else wload_even_rows(x, at, apart)
 
 
 @njit(cache=True, nogil=True, inline='always')
@@ -245,34 +252,65 @@ def _in_order8(v, sw):
 
 @njit(cache=True, nogil=True, inline='always')
 def _in_order16(v, sw):
-    """Sixteen lanes from :func:`_row_taps16` are in the outputs' order already."""
+    """Sixteen lanes from :func:`_row_taps16` or :func:`_row_taps_pair` are in the outputs'
+    order already."""
     return v
 
 
+@njit(cache=True, nogil=True, inline='always')
+def _ramp8(start, step, apart):
+    """start + lane * step over eight lanes (``apart`` unused: one row)."""
+    return vramp(start, step)
+
+
+@njit(cache=True, nogil=True, inline='always')
+def _ramp16(start, step, apart):
+    """start + lane * step over sixteen lanes (``apart`` unused: one row)."""
+    return wramp(start, step)
+
+
+@njit(cache=True, nogil=True, inline='always')
+def _store_row(array, at, out_w, v):
+    """The block's lanes into array[at:]."""
+    vstore(array, at, v)
+
+
+@njit(cache=True, nogil=True, inline='always')
+def _store_pair(array, at, out_w, v):
+    """Lanes 0 .. 7 into array[at:] and lanes 8 .. 15 into the next output row, out_w further
+    (the first half's lanes past its row are overwritten by the second's)."""
+    first, second = whalves(v)
+    vstore(array, at, first)
+    vstore(array, at + out_w, second)
+
+
 # The row kernels take what they work with as their first arguments (``row_taps, in_order,
-# full, ramp, block``: the row-tap load, the lane order, splat, ramp and the block's width) so
-# that one body serves both widths: _row_taps8, _in_order8, vfull, vramp, 8 for blocks of eight
-# outputs; _row_taps16, _in_order16, wfull, wramp, 16 for sixteen (AVX-512).
+# full, ramp, store, block, apart``: the row-tap load, the lane order, splat, ramp, the store,
+# a row's block width and how far apart in x two rows in one vector are) so that one body
+# serves every width: _row_taps8, _in_order8, vfull, _ramp8, _store_row, 8, 0 for blocks of
+# eight outputs; _row_taps16, _in_order16, wfull, _ramp16, _store_row, 16, 0 for sixteen
+# (AVX-512); _row_taps_pair, _in_order16, wfull, wramp_rows, _store_pair, 8, sh * width for
+# two output rows of up to eight in one vector (AVX-512).
 
 
 @njit(cache=True, nogil=True, inline='always')
 def _inside_columns(in_order, full, ramp, block, v, ox, kx, pw, sw, width, outside):
-    """v where tap kx of the lane's window (outputs ox .. ox + block - 1) is a column of the
-    image, else ``outside`` (v itself where all of them are)."""
+    """v where tap kx of the lane's window (outputs ox .. ox + block - 1 of its row) is a column
+    of the image, else ``outside`` (v itself where all of them are)."""
     if ox * sw + kx - pw >= 0 and (ox + block - 1) * sw + kx - pw < width:
         return v
-    column = in_order(ramp(np.float32(ox * sw + kx - pw), np.float32(sw)), sw)
+    column = in_order(ramp(np.float32(ox * sw + kx - pw), np.float32(sw), np.float32(0.0)), sw)
     inside = vwhere_gt(full(np.float32(width) - np.float32(0.5)), column, v, outside)
     return vwhere_gt(column, full(np.float32(-0.5)), inside, outside)
 
 
 @njit(cache=True, nogil=True, inline='always')
-def _max_windows(row_taps, in_order, full, ramp, block, x, in_base, hstart, rows, width, kw, pw, sw, ox, y, mask, o,
-                 masked):
-    """Max pooling outputs o + ox .. of one output row (a block of 8 or 16; window
-    rows hstart .. hstart + rows - 1 of the plane at in_base) as vector lanes. Each lane keeps
-    the window position of its best value relative to the window's corner, made absolute at
-    the end. With ``masked``, a column outside the image reads as -FLT_MAX, which never wins
+def _max_windows(row_taps, in_order, full, ramp, store, block, apart, x, in_base, hstart, rows, width, kw, pw, sw, ox,
+                 y, mask, o, out_w, masked):
+    """Max pooling outputs o + ox .. of one output row (a block of 8 or 16, or of two rows;
+    window rows hstart .. hstart + rows - 1 of the plane at in_base) as vector lanes. Each lane
+    keeps the window position of its best value relative to the window's corner, made absolute
+    at the end. With ``masked``, a column outside the image reads as -FLT_MAX, which never wins
     (strict >), as if skipped."""
     lowest = full(_LOWEST)
     best = lowest
@@ -281,96 +319,62 @@ def _max_windows(row_taps, in_order, full, ramp, block, x, in_base, hstart, rows
     for ky in range(rows):
         for kx in range(kw):
             rel = ky * width + kx
-            v = row_taps(x, in_base + corner + rel, sw)
+            v = row_taps(x, in_base + corner + rel, sw, apart)
             if masked:
                 v = _inside_columns(in_order, full, ramp, block, v, ox, kx, pw, sw, width, lowest)
             index = vwhere_gt(v, best, full(np.float32(rel)), index)
             best = vwhere_gt(v, best, v, best)
     best, index = in_order(best, sw), in_order(index, sw)
-    absolute = vadd(index, ramp(np.float32(corner), np.float32(sw)))
-    vstore(y, o + ox, best)
-    vstore(mask, o + ox, vwhere_gt(best, lowest, absolute, full(np.float32(-1.0))))
+    absolute = vadd(index, ramp(np.float32(corner), np.float32(sw), np.float32(apart)))
+    store(y, o + ox, out_w, best)
+    store(mask, o + ox, out_w, vwhere_gt(best, lowest, absolute, full(np.float32(-1.0))))
 
 
 @njit(cache=True, nogil=True, inline='always')
-def _ave_windows(row_taps, in_order, full, ramp, block, x, in_base, hstart, rows, tall, width, kw, pw, sw, ox, y, o,
-                 masked):
-    """Average pooling outputs o + ox .. of one output row as vector lanes: each lane's float32
-    sum over window rows hstart .. hstart + rows - 1 in row-major tap order (with ``masked``, a
-    column outside the image adds +0, which leaves the sum's bits alone: it starts at +0 and so
-    is never -0), divided by its window's size clipped to the padded image (``tall`` rows)."""
+def _ave_windows(row_taps, in_order, full, ramp, store, block, apart, x, in_base, hstart, rows, tall, width, kw, pw, sw,
+                 ox, y, o, out_w, masked):
+    """Average pooling outputs o + ox .. of one output row (or two) as vector lanes: each lane's
+    float32 sum over window rows hstart .. hstart + rows - 1 in row-major tap order (with
+    ``masked``, a column outside the image adds +0, which leaves the sum's bits alone: it
+    starts at +0 and so is never -0), divided by its window's size clipped to the padded image
+    (``tall`` rows)."""
     zero = full(np.float32(0.0))
     total = zero
     corner = hstart * width - pw + ox * sw
     for ky in range(rows):
         for kx in range(kw):
-            v = row_taps(x, in_base + corner + ky * width + kx, sw)
+            v = row_taps(x, in_base + corner + ky * width + kx, sw, apart)
             if masked:
                 v = _inside_columns(in_order, full, ramp, block, v, ox, kx, pw, sw, width, zero)
             total = vadd(total, v)
     total = in_order(total, sw)
-    left = ramp(np.float32(ox * sw - pw), np.float32(sw))
+    left = ramp(np.float32(ox * sw - pw), np.float32(sw), np.float32(0.0))
     right = vadd(left, full(np.float32(kw)))
     limit = full(np.float32(width + pw))
     right = vwhere_gt(right, limit, limit, right)
-    vstore(y, o + ox, vdiv(total, vmul(full(np.float32(tall)), vsub(right, left))))
+    store(y, o + ox, out_w, vdiv(total, vmul(full(np.float32(tall)), vsub(right, left))))
 
 
 @njit(cache=True, nogil=True, inline='always')
-def _windows(row_taps, in_order, full, ramp, block, x, in_base, hstart, rows, tall, width, kw, pw, sw, ox, y, mask, o,
-             masked, average):
+def _windows(row_taps, in_order, full, ramp, store, block, apart, x, in_base, hstart, rows, tall, width, kw, pw, sw, ox,
+             y, mask, o, out_w, masked, average):
     """:func:`_ave_windows` or :func:`_max_windows`."""
     if average:
-        _ave_windows(row_taps, in_order, full, ramp, block, x, in_base, hstart, rows, tall, width, kw, pw, sw, ox, y, o,
-                     masked)
+        _ave_windows(row_taps, in_order, full, ramp, store, block, apart, x, in_base, hstart, rows, tall, width, kw, pw,
+                     sw, ox, y, o, out_w, masked)
     else:
-        _max_windows(row_taps, in_order, full, ramp, block, x, in_base, hstart, rows, width, kw, pw, sw, ox, y, mask, o,
-                     masked)
+        _max_windows(row_taps, in_order, full, ramp, store, block, apart, x, in_base, hstart, rows, width, kw, pw, sw,
+                     ox, y, mask, o, out_w, masked)
 
 
 @njit(cache=True, nogil=True, inline='always')
 def _pair_windows(x, in_base, hstart, width, kh, kw, pw, sh, sw, y, mask, o, out_w, masked, average):
     """Output rows oy and oy + 1 of a plane (rows of at most eight outputs; windows wholly
     inside the image's rows, kh tall, from rows hstart and hstart + sh) in one sixteen-lane
-    vector, eight lanes a row: max pooling's compare-and-select chain or average pooling's
-    sum, lane by lane as in :func:`_max_windows` and :func:`_ave_windows` (columns outside the
-    image skipped the same way), then each half stored into its row (the first half's lanes
-    past the row are overwritten by the second's); ``masked`` where some windows run past the
-    image's left or right edge."""
-    pair = sh * width
-    lowest = wfull(_LOWEST)
-    outside = wfull(np.float32(0.0)) if average else lowest
-    best = outside
-    index = wfull(np.float32(-1.0))
-    corner = hstart * width - pw
-    for ky in range(kh):
-        for kx in range(kw):
-            rel = ky * width + kx
-            v = wload_rows(x, in_base + corner + rel, pair) if sw == 1 else \
-                wload_even_rows(x, in_base + corner + rel, pair)
-            if masked and (kx - pw < 0 or 7 * sw + kx - pw >= width):
-                column = wramp_rows(np.float32(kx - pw), np.float32(sw), np.float32(0.0))
-                v = vwhere_gt(wfull(np.float32(width) - np.float32(0.5)), column, v, outside)
-                v = vwhere_gt(column, wfull(np.float32(-0.5)), v, outside)
-            if average:
-                best = vadd(best, v)
-            else:
-                index = vwhere_gt(v, best, wfull(np.float32(rel)), index)
-                best = vwhere_gt(v, best, v, best)
-    if average:
-        left = wramp_rows(np.float32(-pw), np.float32(sw), np.float32(0.0))
-        right = vadd(left, wfull(np.float32(kw)))
-        limit = wfull(np.float32(width + pw))
-        right = vwhere_gt(right, limit, limit, right)
-        best = vdiv(best, vmul(wfull(np.float32(kh)), vsub(right, left)))
-    else:
-        absolute = vadd(index, wramp_rows(np.float32(corner), np.float32(sw), np.float32(pair)))
-        first, second = whalves(vwhere_gt(best, lowest, absolute, wfull(np.float32(-1.0))))
-        vstore(mask, o, first)
-        vstore(mask, o + out_w, second)
-    first, second = whalves(best)
-    vstore(y, o, first)
-    vstore(y, o + out_w, second)
+    vector, eight lanes a row, through :func:`_windows`; ``masked`` where some windows run past
+    the image's left or right edge."""
+    _windows(_row_taps_pair, _in_order16, wfull, wramp_rows, _store_pair, 8, sh * width, x, in_base, hstart, kh, kh,
+             width, kw, pw, sw, 0, y, mask, o, out_w, masked, average)
 
 
 @njit(cache=True, nogil=True, inline='always')
@@ -408,8 +412,8 @@ def _prefetch_rows_ahead(x, base, size, first, count):
 
 
 @njit(cache=True, nogil=True, inline='always')
-def _pool_rows(row_taps, in_order, full, ramp, block, pair_windows, x, planes, height, width, kh, kw, ph, pw, sh, sw,
-               out_h, out_w, y, mask, average, pairs):
+def _pool_rows(row_taps, in_order, full, ramp, store, block, pair_windows, x, planes, height, width, kh, kw, ph, pw, sh,
+               sw, out_h, out_w, y, mask, average, pairs):
     """Max (y, mask) or average (y; mask unused) pooling a block of 8 or 16 outputs of a row at
     a time (``block``; sw 1 or 2): rows of a block or more in blocks, the last block of a row
     overlapping the one before; shorter rows in one block whose lanes past the row are stored
@@ -467,14 +471,14 @@ def _pool_rows(row_taps, in_order, full, ramp, block, pair_windows, x, planes, h
             for b in range((out_w + block - 1) // block):
                 ox = min(block * b, row_lanes - block)
                 if ox < lo or ox + valid > hi:
-                    _windows(row_taps, in_order, full, ramp, block, x, in_base, hstart, rows, tall, width, kw, pw, sw,
-                             ox, y, mask, o, True, average)
+                    _windows(row_taps, in_order, full, ramp, store, block, 0, x, in_base, hstart, rows, tall, width, kw,
+                             pw, sw, ox, y, mask, o, out_w, True, average)
                 elif rows == kh:  # the constant window height: its tap loops unroll
-                    _windows(row_taps, in_order, full, ramp, block, x, in_base, hstart, kh, tall, width, kw, pw, sw,
-                             ox, y, mask, o, False, average)
+                    _windows(row_taps, in_order, full, ramp, store, block, 0, x, in_base, hstart, kh, tall, width, kw,
+                             pw, sw, ox, y, mask, o, out_w, False, average)
                 else:
-                    _windows(row_taps, in_order, full, ramp, block, x, in_base, hstart, rows, tall, width, kw, pw, sw,
-                             ox, y, mask, o, False, average)
+                    _windows(row_taps, in_order, full, ramp, store, block, 0, x, in_base, hstart, rows, tall, width, kw,
+                             pw, sw, ox, y, mask, o, out_w, False, average)
             oy += 1
 
 
@@ -482,61 +486,61 @@ def _pool_rows(row_taps, in_order, full, ramp, block, pair_windows, x, planes, h
 # or sixteen outputs a block; each compiled on first use.
 @njit(cache=True, nogil=True)
 def _max_pool_rows_3x3_stride_2(x, planes, height, width, ph, pw, sh, out_h, out_w, y, mask, pairs):
-    _pool_rows(_row_taps8, _in_order8, vfull, vramp, 8, _pair_windows,
+    _pool_rows(_row_taps8, _in_order8, vfull, _ramp8, _store_row, 8, _pair_windows,
                x, planes, height, width, 3, 3, ph, pw, sh, 2, out_h, out_w, y, mask, False, pairs)
 
 
 @njit(cache=True, nogil=True)
 def _max_pool_rows_3x3_stride_2_wide(x, planes, height, width, ph, pw, sh, out_h, out_w, y, mask):
-    _pool_rows(_row_taps16, _in_order16, wfull, wramp, 16, _no_pair_windows,
+    _pool_rows(_row_taps16, _in_order16, wfull, _ramp16, _store_row, 16, _no_pair_windows,
                x, planes, height, width, 3, 3, ph, pw, sh, 2, out_h, out_w, y, mask, False, False)
 
 
 @njit(cache=True, nogil=True)
 def _max_pool_rows_2x2_stride_2(x, planes, height, width, ph, pw, sh, out_h, out_w, y, mask, pairs):
-    _pool_rows(_row_taps8, _in_order8, vfull, vramp, 8, _pair_windows,
+    _pool_rows(_row_taps8, _in_order8, vfull, _ramp8, _store_row, 8, _pair_windows,
                x, planes, height, width, 2, 2, ph, pw, sh, 2, out_h, out_w, y, mask, False, pairs)
 
 
 @njit(cache=True, nogil=True)
 def _max_pool_rows_2x2_stride_2_wide(x, planes, height, width, ph, pw, sh, out_h, out_w, y, mask):
-    _pool_rows(_row_taps16, _in_order16, wfull, wramp, 16, _no_pair_windows,
+    _pool_rows(_row_taps16, _in_order16, wfull, _ramp16, _store_row, 16, _no_pair_windows,
                x, planes, height, width, 2, 2, ph, pw, sh, 2, out_h, out_w, y, mask, False, False)
 
 
 @njit(cache=True, nogil=True)
 def _max_pool_rows_3x3_stride_1(x, planes, height, width, ph, pw, sh, out_h, out_w, y, mask, pairs):
-    _pool_rows(_row_taps8, _in_order8, vfull, vramp, 8, _pair_windows,
+    _pool_rows(_row_taps8, _in_order8, vfull, _ramp8, _store_row, 8, _pair_windows,
                x, planes, height, width, 3, 3, ph, pw, sh, 1, out_h, out_w, y, mask, False, pairs)
 
 
 @njit(cache=True, nogil=True)
 def _max_pool_rows_3x3_stride_1_wide(x, planes, height, width, ph, pw, sh, out_h, out_w, y, mask):
-    _pool_rows(_row_taps16, _in_order16, wfull, wramp, 16, _no_pair_windows,
+    _pool_rows(_row_taps16, _in_order16, wfull, _ramp16, _store_row, 16, _no_pair_windows,
                x, planes, height, width, 3, 3, ph, pw, sh, 1, out_h, out_w, y, mask, False, False)
 
 
 @njit(cache=True, nogil=True)
 def _max_pool_rows_any(x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, y, mask, pairs):
-    _pool_rows(_row_taps8, _in_order8, vfull, vramp, 8, _pair_windows,
+    _pool_rows(_row_taps8, _in_order8, vfull, _ramp8, _store_row, 8, _pair_windows,
                x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, y, mask, False, pairs)
 
 
 @njit(cache=True, nogil=True)
 def _max_pool_rows_any_wide(x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, y, mask):
-    _pool_rows(_row_taps16, _in_order16, wfull, wramp, 16, _no_pair_windows,
+    _pool_rows(_row_taps16, _in_order16, wfull, _ramp16, _store_row, 16, _no_pair_windows,
                x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, y, mask, False, False)
 
 
 @njit(cache=True, nogil=True, error_model='numpy')  # 0 / 0: NaN, as in Caffe
 def _ave_pool_rows(x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, y, pairs):
-    _pool_rows(_row_taps8, _in_order8, vfull, vramp, 8, _pair_windows,
+    _pool_rows(_row_taps8, _in_order8, vfull, _ramp8, _store_row, 8, _pair_windows,
                x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, y, y, True, pairs)
 
 
 @njit(cache=True, nogil=True, error_model='numpy')
 def _ave_pool_rows_wide(x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, y):
-    _pool_rows(_row_taps16, _in_order16, wfull, wramp, 16, _no_pair_windows,
+    _pool_rows(_row_taps16, _in_order16, wfull, _ramp16, _store_row, 16, _no_pair_windows,
                x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, y, y, True, False)
 
 
