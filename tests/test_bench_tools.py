@@ -65,3 +65,12 @@ def test_deploy_benchmark_prints_a_table_beside_onnx_runtime(capsys):
         cells = [c.strip() for c in row.strip('|').split('|')]
         assert cells[1] == str(batch) and float(cells[2]) > 0 and float(cells[3]) > 0
         assert abs(float(cells[4]) - float(cells[2]) / float(cells[3])) < 0.1 * float(cells[4]) + 0.05
+
+
+def test_compile_cost_tool_times_a_cold_then_a_warm_first_training_step(capsys):
+    bench_jit = importlib.import_module('bench_jit')
+    bench_jit.main(['--nets', 'lenet'])
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[1:3] for line in lines] == [['cold', 'cache'], ['warm', 'cache']]
+    seconds = [float(line.split('first training step')[1].split()[0]) for line in lines]
+    assert seconds[0] > seconds[1] > 0  # compiling on the first run, loading the cache on the second

@@ -1,15 +1,22 @@
-"""Numba compile cost: time to the first LeNet forward+backward with a cold kernel cache and
-with a warm one (each in a fresh process).
+"""Numba compile cost: the time to a net's first pass with an empty kernel cache (what a user
+waits for on the first run after installing) and with the cache warm, each in a fresh process.
 
-Usage: python tools/bench_jit.py
+By default LeNet's deploy net (``models/lenet/lenet.prototxt``), first forward + backward, as
+this tool has measured since session 7. With ``--nets``, the first training step (SGD, Input
+layers, the nets of ``tools/bench_nets.py``) of each named net instead.
+
+Usage: python tools/bench_jit.py [--nets lenet,cifar10_quick,alexnet] [--rounds N]
 """
+import argparse
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PROBE = '''
+HERE = os.path.dirname(os.path.abspath(__file__))
+DEPLOY_PROBE = '''
 import time
 t0 = time.perf_counter()
 import numpy as np
@@ -22,14 +29,48 @@ net.backward()
 t2 = time.perf_counter()
 print('import %%.2f s, first forward+backward %%.2f s' %% (t1 - t0, t2 - t1))
 ''' % os.path.join(ROOT, 'models', 'lenet', 'lenet.prototxt')
+TRAIN_PROBE = '''
+import sys, time
+t0 = time.perf_counter()
+import numpy as np
+import pycaffe_ft as caffe
+sys.path.insert(0, %r)
+import bench_nets, bench_train
+t1 = time.perf_counter()
+name = sys.argv[1]
+proto, solver = bench_nets.build(name, bench_train.TRAIN_BATCH[name], False)
+sp = caffe.proto.caffe_pb2.SolverParameter(base_lr=solver['base_lr'], momentum=solver['momentum'],
+                                           lr_policy='fixed', max_iter=10, display=0, snapshot_after_train=False)
+sp.net_param.CopyFrom(proto)
+s = caffe.SGDSolver(sp)
+s.net.blobs['data'].data[...] = np.random.rand(*s.net.blobs['data'].shape)
+s.step(1)
+t2 = time.perf_counter()
+print('import %%.2f s, first training step %%.2f s' %% (t1 - t0, t2 - t1))
+''' % HERE
 
 
-def main():
-    cache = tempfile.mkdtemp()
+def _probe(code, args, cache):
     env = dict(os.environ, NUMBA_CACHE_DIR=cache)
-    for label in ('cold cache', 'warm cache'):
-        out = subprocess.run([sys.executable, '-c', PROBE], env=env, capture_output=True, text=True)
-        print('%-10s %s' % (label, (out.stdout or out.stderr).strip().splitlines()[-1]))
+    out = subprocess.run([sys.executable, '-c', code] + args, env=env, capture_output=True, text=True)
+    lines = (out.stdout or out.stderr).strip().splitlines()
+    return lines[-1] if lines else 'no output (exit %d)' % out.returncode
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument('--nets', default='', help='comma-separated nets of tools/bench_nets.py (training step)')
+    parser.add_argument('--rounds', type=int, default=1, help='cold + warm pairs per net, each with a new cache')
+    args = parser.parse_args(argv)
+    cases = [(name, TRAIN_PROBE, [name]) for name in args.nets.split(',') if name] or [('lenet deploy', DEPLOY_PROBE, [])]
+    for name, code, extra in cases:
+        for _ in range(args.rounds):
+            cache = tempfile.mkdtemp(prefix='kernel_cache_')
+            try:
+                for label in ('cold cache', 'warm cache'):
+                    print('%-14s %-10s %s' % (name, label, _probe(code, extra, cache)), flush=True)
+            finally:
+                shutil.rmtree(cache, ignore_errors=True)
 
 
 if __name__ == '__main__':

@@ -154,43 +154,47 @@ def direct_forward(x, num, channels, height_p, width_p, w, outputs, kh, kw, bias
 
 @njit(cache=True, nogil=True)
 def _forward_width_5(x, num, channels, height_p, width_p, w, outputs, kh, bias, use_bias, y, relu):
-    _forward(vzero, vload, vsplat, vfull, 8, x, num, channels, height_p, width_p, w, outputs, kh, 5, bias,
-             use_bias, y, relu)
+    _forward(_six_by_two, _four_by_two, _one_by_one, vzero, vload, vsplat, vfull, 8,
+             x, num, channels, height_p, width_p, w, outputs, kh, 5, bias, use_bias, y, relu)
 
 
 @njit(cache=True, nogil=True)
 def _forward_width_3(x, num, channels, height_p, width_p, w, outputs, kh, bias, use_bias, y, relu):
-    _forward(vzero, vload, vsplat, vfull, 8, x, num, channels, height_p, width_p, w, outputs, kh, 3, bias,
-             use_bias, y, relu)
+    _forward(_six_by_two, _four_by_two, _one_by_one, vzero, vload, vsplat, vfull, 8,
+             x, num, channels, height_p, width_p, w, outputs, kh, 3, bias, use_bias, y, relu)
 
 
 @njit(cache=True, nogil=True)
 def _forward_any_width(x, num, channels, height_p, width_p, w, outputs, kh, kw, bias, use_bias, y, relu):
-    _forward(vzero, vload, vsplat, vfull, 8, x, num, channels, height_p, width_p, w, outputs, kh, kw, bias,
-             use_bias, y, relu)
+    _forward(_six_by_two, _four_by_two, _one_by_one, vzero, vload, vsplat, vfull, 8,
+             x, num, channels, height_p, width_p, w, outputs, kh, kw, bias, use_bias, y, relu)
 
 
 @njit(cache=True, nogil=True)
 def _forward_width_5_wide(x, num, channels, height_p, width_p, w, outputs, kh, bias, use_bias, y, relu):
-    _forward(wzero, wload, wsplat, wfull, 16, x, num, channels, height_p, width_p, w, outputs, kh, 5, bias,
-             use_bias, y, relu)
+    _forward(_six_by_two, _four_by_two, _one_by_one, wzero, wload, wsplat, wfull, 16,
+             x, num, channels, height_p, width_p, w, outputs, kh, 5, bias, use_bias, y, relu)
 
 
 @njit(cache=True, nogil=True)
 def _forward_width_3_wide(x, num, channels, height_p, width_p, w, outputs, kh, bias, use_bias, y, relu):
-    _forward(wzero, wload, wsplat, wfull, 16, x, num, channels, height_p, width_p, w, outputs, kh, 3, bias,
-             use_bias, y, relu)
+    _forward(_six_by_two, _four_by_two, _one_by_one, wzero, wload, wsplat, wfull, 16,
+             x, num, channels, height_p, width_p, w, outputs, kh, 3, bias, use_bias, y, relu)
 
 
 @njit(cache=True, nogil=True)
 def _forward_any_width_wide(x, num, channels, height_p, width_p, w, outputs, kh, kw, bias, use_bias, y, relu):
-    _forward(wzero, wload, wsplat, wfull, 16, x, num, channels, height_p, width_p, w, outputs, kh, kw, bias,
-             use_bias, y, relu)
+    _forward(_six_by_two, _four_by_two, _one_by_one, wzero, wload, wsplat, wfull, 16,
+             x, num, channels, height_p, width_p, w, outputs, kh, kw, bias, use_bias, y, relu)
 
 
 @njit(cache=True, nogil=True, inline='always')
-def _forward(zero, load, splat, full, lanes, x, num, channels, height_p, width_p, w, outputs, kh, kw, bias,
-             use_bias, y, relu):
+def _forward(six_by_two, four_by_two, one_by_one, zero, load, splat, full, lanes, x, num, channels, height_p, width_p,
+             w, outputs, kh, kw, bias, use_bias, y, relu):
+    """The forward pass in blocks of :func:`_six_by_two`, :func:`_four_by_two` or
+    :func:`_one_by_one`, taken as arguments (``six_by_two`` ...) so that Numba inlines them into
+    each kernel rather than into this body first (see :mod:`pycaffe_ft.kernels`: LeNet's conv1
+    forward kernel 1.66 -> 1.31 s to compile, the same machine code)."""
     out_h, out_w = height_p - kh + 1, width_p - kw + 1
     plane_p, out_plane = height_p * width_p, out_h * out_w
     taps = channels * kh * kw
@@ -212,14 +216,14 @@ def _forward(zero, load, splat, full, lanes, x, num, channels, height_p, width_p
                         oo = min(o, outputs - block)
                         d = out_base + oo * out_plane + r * out_w + start
                         if block == 6:
-                            _six_by_two(zero, load, splat, full, x, src0, plane_p, width_p, channels, kh, kw, w,
+                            six_by_two(zero, load, splat, full, x, src0, plane_p, width_p, channels, kh, kw, w,
                                         oo * taps, taps, bias, use_bias, y, d, out_plane, out_w, oo, relu)
                         else:
-                            _four_by_two(zero, load, splat, full, x, src0, plane_p, width_p, channels, kh, kw, w,
+                            four_by_two(zero, load, splat, full, x, src0, plane_p, width_p, channels, kh, kw, w,
                                          oo * taps, taps, bias, use_bias, y, d, out_plane, out_w, oo, relu)
                         o = oo + block
                     else:
-                        _one_by_one(zero, load, splat, full, x, src0, plane_p, width_p, channels, kh, kw, w,
+                        one_by_one(zero, load, splat, full, x, src0, plane_p, width_p, channels, kh, kw, w,
                                     o * taps, bias, use_bias, y, out_base + o * out_plane + r * out_w + start, o,
                                     relu)
                         o += 1
@@ -332,19 +336,24 @@ def direct_weight_gradient(x, num, channels, height_p, width_p, dy, outputs, kh,
 
 @njit(cache=True, nogil=True)
 def _weight_gradient_narrow(x, num, channels, height_p, width_p, dy, outputs, kh, kw, dw, db):
-    _weight_gradient(vzero, vload, vfull, vramp(np.float32(0.0), np.float32(1.0)), 8, 3, x, num, channels, height_p,
-                     width_p, dy, outputs, kh, kw, dw, db)
+    _weight_gradient(_gradient_block, _gradient_block_4, vzero, vload, vfull,
+                     vramp(np.float32(0.0), np.float32(1.0)), 8, 3, x, num, channels, height_p, width_p, dy,
+                     outputs, kh, kw, dw, db)
 
 
 @njit(cache=True, nogil=True)
 def _weight_gradient_wide(x, num, channels, height_p, width_p, dy, outputs, kh, kw, dw, db):
-    _weight_gradient(wzero, wload, wfull, wramp(np.float32(0.0), np.float32(1.0)), 16, 4, x, num, channels, height_p,
-                     width_p, dy, outputs, kh, kw, dw, db)
+    _weight_gradient(_gradient_block, _gradient_block_4, wzero, wload, wfull,
+                     wramp(np.float32(0.0), np.float32(1.0)), 16, 4, x, num, channels, height_p, width_p, dy,
+                     outputs, kh, kw, dw, db)
 
 
 @njit(cache=True, nogil=True, inline='always')
-def _weight_gradient(zero, load, full, lane_index, lanes, outs, x, num, channels, height_p, width_p, dy, outputs, kh, kw,
-                     dw, db):
+def _weight_gradient(gradient_block, gradient_block_4, zero, load, full, lane_index, lanes, outs, x, num, channels,
+                     height_p, width_p, dy, outputs, kh, kw, dw, db):
+    """The weight gradient in blocks of :func:`_gradient_block` (3 output channels) or
+    :func:`_gradient_block_4` (4), taken as arguments for the compile time (as
+    :func:`_forward`'s blocks)."""
     out_h, out_w = height_p - kh + 1, width_p - kw + 1
     plane_p, out_plane = height_p * width_p, out_h * out_w
     overlap = full(np.float32((lanes - out_w % lanes) % lanes) - np.float32(0.5))
@@ -373,10 +382,10 @@ def _weight_gradient(zero, load, full, lane_index, lanes, outs, x, num, channels
                 sa, sb, sc = image + tap_at[first], image + tap_at[first + 1], image + tap_at[first + 2]
                 ai = outs * block * step + group * 3 * lanes
                 if outs == 4:
-                    _gradient_block_4(zero, load, lanes, x, dy, acc, ai, step, sa, sb, sc, d0, width_p, out_w,
+                    gradient_block_4(zero, load, lanes, x, dy, acc, ai, step, sa, sb, sc, d0, width_p, out_w,
                                       out_h, out_plane, ahead, min(ahead + share, end))
                 else:
-                    _gradient_block(zero, load, lanes, x, dy, acc, ai, step, sa, sb, sc, d0, width_p, out_w,
+                    gradient_block(zero, load, lanes, x, dy, acc, ai, step, sa, sb, sc, d0, width_p, out_w,
                                     out_h, out_plane, lane_index, overlap, ahead, min(ahead + share, end))
             for oc in range(outs * block if db.size else o + outs, o + outs):  # the block's channels not counted before
                 _add_lane_sums(dy, (n * outputs + oc) * out_plane, out_plane, bias_sums, oc * 8)

@@ -87,10 +87,12 @@ def _covering_outputs(starts, offsets, in_plane):
     return covers
 
 
-@njit(cache=True, nogil=True, inline='always')
+@njit(nogil=True)
 def _to_lanes(x, first, lanes, size, xt, L):
     """xt[p * L + l] = x[(first + l) * size + p]: planes first .. first + lanes - 1 of x as the
-    lanes of xt (the other lanes 0), L (8 or 16) lanes a position: 8 x 8 transposes."""
+    lanes of xt (the other lanes 0), L (8 or 16) lanes a position: 8 x 8 transposes. Called,
+    not inlined: compiled once for all the plane-lane kernels of a width (a plane group a call;
+    the same speed)."""
     base = first * size
     p = 0
     if lanes == L:
@@ -108,7 +110,7 @@ def _to_lanes(x, first, lanes, size, xt, L):
             xt[q * L + lane] = x[base + lane * size + q] if lane < lanes else np.float32(0.0)
 
 
-@njit(cache=True, nogil=True, inline='always')
+@njit(nogil=True)
 def _from_lanes(xt, first, lanes, size, x, L):
     """The inverse of :func:`_to_lanes`: lanes 0 .. lanes - 1 of xt back into their planes."""
     base = first * size
@@ -290,7 +292,11 @@ def _store_pair(array, at, out_w, v):
 # serves every width: _row_taps8, _in_order8, vfull, _ramp8, _store_row, 8, 0 for blocks of
 # eight outputs; _row_taps16, _in_order16, wfull, _ramp16, _store_row, 16, 0 for sixteen
 # (AVX-512); _row_taps_pair, _in_order16, wfull, wramp_rows, _store_pair, 8, sh * width for
-# two output rows of up to eight in one vector (AVX-512).
+# two output rows of up to eight in one vector (AVX-512). The window bodies themselves
+# (:func:`_max_windows` or :func:`_ave_windows`, one signature) come to :func:`_pool_rows` as
+# ``windows``, so that Numba inlines them into each kernel, not into _pool_rows first (see
+# :mod:`pycaffe_ft.kernels`; LeNet's 2 x 2 max pooling kernel 2.8 -> 1.4 s to compile, the same
+# machine code).
 
 
 @njit(cache=True, nogil=True, inline='always')
@@ -305,8 +311,8 @@ def _inside_columns(in_order, full, ramp, block, v, ox, kx, pw, sw, width, outsi
 
 
 @njit(cache=True, nogil=True, inline='always')
-def _max_windows(row_taps, in_order, full, ramp, store, block, apart, x, in_base, hstart, rows, width, kw, pw, sw, ox,
-                 y, mask, o, out_w, masked):
+def _max_windows(row_taps, in_order, full, ramp, store, block, apart, x, in_base, hstart, rows, tall, width, kw, pw, sw,
+                 ox, y, mask, o, out_w, masked):
     """Max pooling outputs o + ox .. of one output row (a block of 8 or 16, or of two rows;
     window rows hstart .. hstart + rows - 1 of the plane at in_base) as vector lanes. Each lane
     keeps the window position of its best value relative to the window's corner, made absolute
@@ -332,7 +338,7 @@ def _max_windows(row_taps, in_order, full, ramp, store, block, apart, x, in_base
 
 @njit(cache=True, nogil=True, inline='always')
 def _ave_windows(row_taps, in_order, full, ramp, store, block, apart, x, in_base, hstart, rows, tall, width, kw, pw, sw,
-                 ox, y, o, out_w, masked):
+                 ox, y, mask, o, out_w, masked):
     """Average pooling outputs o + ox .. of one output row (or two) as vector lanes: each lane's
     float32 sum over window rows hstart .. hstart + rows - 1 in row-major tap order (with
     ``masked``, a column outside the image adds +0, which leaves the sum's bits alone: it
@@ -356,29 +362,17 @@ def _ave_windows(row_taps, in_order, full, ramp, store, block, apart, x, in_base
 
 
 @njit(cache=True, nogil=True, inline='always')
-def _windows(row_taps, in_order, full, ramp, store, block, apart, x, in_base, hstart, rows, tall, width, kw, pw, sw, ox,
-             y, mask, o, out_w, masked, average):
-    """:func:`_ave_windows` or :func:`_max_windows`."""
-    if average:
-        _ave_windows(row_taps, in_order, full, ramp, store, block, apart, x, in_base, hstart, rows, tall, width, kw, pw,
-                     sw, ox, y, o, out_w, masked)
-    else:
-        _max_windows(row_taps, in_order, full, ramp, store, block, apart, x, in_base, hstart, rows, width, kw, pw, sw,
-                     ox, y, mask, o, out_w, masked)
-
-
-@njit(cache=True, nogil=True, inline='always')
-def _pair_windows(x, in_base, hstart, width, kh, kw, pw, sh, sw, y, mask, o, out_w, masked, average):
+def _pair_windows(windows, x, in_base, hstart, width, kh, kw, pw, sh, sw, y, mask, o, out_w, masked):
     """Output rows oy and oy + 1 of a plane (rows of at most eight outputs; windows wholly
     inside the image's rows, kh tall, from rows hstart and hstart + sh) in one sixteen-lane
-    vector, eight lanes a row, through :func:`_windows`; ``masked`` where some windows run past
+    vector, eight lanes a row, through ``windows``; ``masked`` where some windows run past
     the image's left or right edge."""
-    _windows(_row_taps_pair, _in_order16, wfull, wramp_rows, _store_pair, 8, sh * width, x, in_base, hstart, kh, kh,
-             width, kw, pw, sw, 0, y, mask, o, out_w, masked, average)
+    windows(_row_taps_pair, _in_order16, wfull, wramp_rows, _store_pair, 8, sh * width, x, in_base, hstart, kh, kh,
+            width, kw, pw, sw, 0, y, mask, o, out_w, masked)
 
 
 @njit(cache=True, nogil=True, inline='always')
-def _no_pair_windows(x, in_base, hstart, width, kh, kw, pw, sh, sw, y, mask, o, out_w, masked, average):
+def _no_pair_windows(windows, x, in_base, hstart, width, kh, kw, pw, sh, sw, y, mask, o, out_w, masked):
     """Nothing: :func:`_pool_rows`' ``pair_windows`` where it never pairs rows."""
 
 
@@ -412,8 +406,8 @@ def _prefetch_rows_ahead(x, base, size, first, count):
 
 
 @njit(cache=True, nogil=True, inline='always')
-def _pool_rows(row_taps, in_order, full, ramp, store, block, pair_windows, x, planes, height, width, kh, kw, ph, pw, sh,
-               sw, out_h, out_w, y, mask, average, pairs):
+def _pool_rows(row_taps, in_order, full, ramp, store, block, windows, pair_windows, x, planes, height, width, kh, kw,
+               ph, pw, sh, sw, out_h, out_w, y, mask, average, pairs):
     """Max (y, mask) or average (y; mask unused) pooling a block of 8 or 16 outputs of a row at
     a time (``block``; sw 1 or 2): rows of a block or more in blocks, the last block of a row
     overlapping the one before; shorter rows in one block whose lanes past the row are stored
@@ -452,8 +446,8 @@ def _pool_rows(row_taps, in_order, full, ramp, store, block, pair_windows, x, pl
                 if pairs and oy + 1 < bottom:
                     if plane + 1 < planes:
                         _prefetch_rows_ahead(x, in_base + in_plane, in_plane, (oy + 1) * per_row, per_row)
-                    pair_windows(x, in_base, hstart, width, kh, kw, pw, sh, sw, y, mask, o, out_w, lo > 0 or valid > hi,
-                                 average)
+                    pair_windows(windows, x, in_base, hstart, width, kh, kw, pw, sh, sw, y, mask, o, out_w,
+                                 lo > 0 or valid > hi)
                     oy += 2
                     continue
             else:
@@ -471,14 +465,14 @@ def _pool_rows(row_taps, in_order, full, ramp, store, block, pair_windows, x, pl
             for b in range((out_w + block - 1) // block):
                 ox = min(block * b, row_lanes - block)
                 if ox < lo or ox + valid > hi:
-                    _windows(row_taps, in_order, full, ramp, store, block, 0, x, in_base, hstart, rows, tall, width, kw,
-                             pw, sw, ox, y, mask, o, out_w, True, average)
+                    windows(row_taps, in_order, full, ramp, store, block, 0, x, in_base, hstart, rows, tall, width, kw,
+                            pw, sw, ox, y, mask, o, out_w, True)
                 elif rows == kh:  # the constant window height: its tap loops unroll
-                    _windows(row_taps, in_order, full, ramp, store, block, 0, x, in_base, hstart, kh, tall, width, kw,
-                             pw, sw, ox, y, mask, o, out_w, False, average)
+                    windows(row_taps, in_order, full, ramp, store, block, 0, x, in_base, hstart, kh, tall, width, kw,
+                            pw, sw, ox, y, mask, o, out_w, False)
                 else:
-                    _windows(row_taps, in_order, full, ramp, store, block, 0, x, in_base, hstart, rows, tall, width, kw,
-                             pw, sw, ox, y, mask, o, out_w, False, average)
+                    windows(row_taps, in_order, full, ramp, store, block, 0, x, in_base, hstart, rows, tall, width, kw,
+                            pw, sw, ox, y, mask, o, out_w, False)
             oy += 1
 
 
@@ -486,61 +480,61 @@ def _pool_rows(row_taps, in_order, full, ramp, store, block, pair_windows, x, pl
 # or sixteen outputs a block; each compiled on first use.
 @njit(cache=True, nogil=True)
 def _max_pool_rows_3x3_stride_2(x, planes, height, width, ph, pw, sh, out_h, out_w, y, mask, pairs):
-    _pool_rows(_row_taps8, _in_order8, vfull, _ramp8, _store_row, 8, _pair_windows,
+    _pool_rows(_row_taps8, _in_order8, vfull, _ramp8, _store_row, 8, _max_windows, _pair_windows,
                x, planes, height, width, 3, 3, ph, pw, sh, 2, out_h, out_w, y, mask, False, pairs)
 
 
 @njit(cache=True, nogil=True)
 def _max_pool_rows_3x3_stride_2_wide(x, planes, height, width, ph, pw, sh, out_h, out_w, y, mask):
-    _pool_rows(_row_taps16, _in_order16, wfull, _ramp16, _store_row, 16, _no_pair_windows,
+    _pool_rows(_row_taps16, _in_order16, wfull, _ramp16, _store_row, 16, _max_windows, _no_pair_windows,
                x, planes, height, width, 3, 3, ph, pw, sh, 2, out_h, out_w, y, mask, False, False)
 
 
 @njit(cache=True, nogil=True)
 def _max_pool_rows_2x2_stride_2(x, planes, height, width, ph, pw, sh, out_h, out_w, y, mask, pairs):
-    _pool_rows(_row_taps8, _in_order8, vfull, _ramp8, _store_row, 8, _pair_windows,
+    _pool_rows(_row_taps8, _in_order8, vfull, _ramp8, _store_row, 8, _max_windows, _pair_windows,
                x, planes, height, width, 2, 2, ph, pw, sh, 2, out_h, out_w, y, mask, False, pairs)
 
 
 @njit(cache=True, nogil=True)
 def _max_pool_rows_2x2_stride_2_wide(x, planes, height, width, ph, pw, sh, out_h, out_w, y, mask):
-    _pool_rows(_row_taps16, _in_order16, wfull, _ramp16, _store_row, 16, _no_pair_windows,
+    _pool_rows(_row_taps16, _in_order16, wfull, _ramp16, _store_row, 16, _max_windows, _no_pair_windows,
                x, planes, height, width, 2, 2, ph, pw, sh, 2, out_h, out_w, y, mask, False, False)
 
 
 @njit(cache=True, nogil=True)
 def _max_pool_rows_3x3_stride_1(x, planes, height, width, ph, pw, sh, out_h, out_w, y, mask, pairs):
-    _pool_rows(_row_taps8, _in_order8, vfull, _ramp8, _store_row, 8, _pair_windows,
+    _pool_rows(_row_taps8, _in_order8, vfull, _ramp8, _store_row, 8, _max_windows, _pair_windows,
                x, planes, height, width, 3, 3, ph, pw, sh, 1, out_h, out_w, y, mask, False, pairs)
 
 
 @njit(cache=True, nogil=True)
 def _max_pool_rows_3x3_stride_1_wide(x, planes, height, width, ph, pw, sh, out_h, out_w, y, mask):
-    _pool_rows(_row_taps16, _in_order16, wfull, _ramp16, _store_row, 16, _no_pair_windows,
+    _pool_rows(_row_taps16, _in_order16, wfull, _ramp16, _store_row, 16, _max_windows, _no_pair_windows,
                x, planes, height, width, 3, 3, ph, pw, sh, 1, out_h, out_w, y, mask, False, False)
 
 
 @njit(cache=True, nogil=True)
 def _max_pool_rows_any(x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, y, mask, pairs):
-    _pool_rows(_row_taps8, _in_order8, vfull, _ramp8, _store_row, 8, _pair_windows,
+    _pool_rows(_row_taps8, _in_order8, vfull, _ramp8, _store_row, 8, _max_windows, _pair_windows,
                x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, y, mask, False, pairs)
 
 
 @njit(cache=True, nogil=True)
 def _max_pool_rows_any_wide(x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, y, mask):
-    _pool_rows(_row_taps16, _in_order16, wfull, _ramp16, _store_row, 16, _no_pair_windows,
+    _pool_rows(_row_taps16, _in_order16, wfull, _ramp16, _store_row, 16, _max_windows, _no_pair_windows,
                x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, y, mask, False, False)
 
 
 @njit(cache=True, nogil=True, error_model='numpy')  # 0 / 0: NaN, as in Caffe
 def _ave_pool_rows(x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, y, pairs):
-    _pool_rows(_row_taps8, _in_order8, vfull, _ramp8, _store_row, 8, _pair_windows,
+    _pool_rows(_row_taps8, _in_order8, vfull, _ramp8, _store_row, 8, _ave_windows, _pair_windows,
                x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, y, y, True, pairs)
 
 
 @njit(cache=True, nogil=True, error_model='numpy')
 def _ave_pool_rows_wide(x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, y):
-    _pool_rows(_row_taps16, _in_order16, wfull, _ramp16, _store_row, 16, _no_pair_windows,
+    _pool_rows(_row_taps16, _in_order16, wfull, _ramp16, _store_row, 16, _ave_windows, _no_pair_windows,
                x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, y, y, True, False)
 
 

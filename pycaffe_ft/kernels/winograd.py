@@ -187,26 +187,24 @@ def _over_channels(one, one_vector, src, s, pair, odd, dst, d, ds, channels):
         one(src, s, pair, odd, dst, d, ds, c)
 
 
-@njit(cache=True, nogil=True, inline='always')
-def _line(kind, src, s, ss, dst, d, ds, channels, odd=-1):
-    """dst[d + k*ds + c] = sum_b M[k, b] * src[s + b*ss + c] for every channel c, M the
-    transform named by ``kind``; with ``odd`` >= 0, tap b is read at
-    s + (b // 2)*ss + (b % 2)*odd instead (images split into even and odd columns)."""
-    if odd < 0:
-        odd = ss
-        ss = 2 * ss
+@njit(cache=True, nogil=True)
+def _line(kind, src, s, pair, odd, dst, d, ds, channels):
+    """dst[d + k*ds + c] = sum_b M[k, b] * src[s + (b // 2)*pair + (b % 2)*odd + c] for every
+    channel c, M the transform named by ``kind`` (taps at a step: ``odd`` = step, ``pair`` =
+    2 * step; in images split into even and odd columns, ``odd`` is the odd columns' offset).
+    Compiled once (not inlined into each transform: that compiled every kind at each call)."""
     if kind == INPUT_6:
-        _over_channels(_input_6, _input_6_vector, src, s, ss, odd, dst, d, ds, channels)
+        _over_channels(_input_6, _input_6_vector, src, s, pair, odd, dst, d, ds, channels)
     elif kind == INPUT_4:
-        _over_channels(_input_4, _input_4_vector, src, s, ss, odd, dst, d, ds, channels)
+        _over_channels(_input_4, _input_4_vector, src, s, pair, odd, dst, d, ds, channels)
     elif kind == DIFF_6:
-        _over_channels(_diff_6, _diff_6_vector, src, s, ss, odd, dst, d, ds, channels)
+        _over_channels(_diff_6, _diff_6_vector, src, s, pair, odd, dst, d, ds, channels)
     elif kind == DIFF_4:
-        _over_channels(_diff_4, _diff_4_vector, src, s, ss, odd, dst, d, ds, channels)
+        _over_channels(_diff_4, _diff_4_vector, src, s, pair, odd, dst, d, ds, channels)
     elif kind == OUTPUT_6:
-        _over_channels(_output_6, _output_6_vector, src, s, ss, odd, dst, d, ds, channels)
+        _over_channels(_output_6, _output_6_vector, src, s, pair, odd, dst, d, ds, channels)
     else:
-        _over_channels(_output_4, _output_4_vector, src, s, ss, odd, dst, d, ds, channels)
+        _over_channels(_output_4, _output_4_vector, src, s, pair, odd, dst, d, ds, channels)
 
 
 @njit(cache=True, nogil=True, inline='always')
@@ -344,24 +342,23 @@ def _store8(dst, d, v, relu):
 
 
 @njit(cache=True, nogil=True)
-def tile_transform(src, num, padded_h, padded_w, channels, kind, alpha, window, tiles_h,
-                   tiles_w, rows, out):
+def tile_transform(src, num, padded_h, padded_w, channels, kind, alpha, tiles_h, tiles_w, rows, out):
     """out[p*alpha + q, tile, c] = (M @ window @ M.T)[p, q] for every tile's window (rows and
     columns from ``i*2``, ``j*2``) of ``src`` (N, padded_h, padded_w, C), columns split as
-    :func:`to_channels_last` stores them; M = ``kind``'s (alpha, window) matrix. Scratch
-    ``rows`` >= padded_h*alpha*tiles_w*C."""
+    :func:`to_channels_last` stores them; M = ``kind``'s matrix (alpha x alpha for input
+    windows, alpha x 2 for top diff tiles). Scratch ``rows`` >= padded_h*alpha*tiles_w*C."""
     tiles = tiles_h * tiles_w
     total = num * tiles
     run = tiles_w * channels  # one tile row of one transformed position: contiguous
     for n in range(num):
         # rows[y, q, j, c] = sum_b M[q, b] * src[n, y, 2j + b, c]
         for y in range(padded_h):
-            _line(kind, src, (n * padded_h + y) * padded_w * channels, channels, rows,
-                  y * alpha * run, run, run, padded_w // 2 * channels)
+            _line(kind, src, (n * padded_h + y) * padded_w * channels, channels, padded_w // 2 * channels, rows,
+                  y * alpha * run, run, run)
         # out[p*alpha + q, (n, i, j), c] = sum_l M[p, l] * rows[2i + l, q, j, c]
         for i in range(tiles_h):
             for q in range(alpha):
-                _line(kind, rows, (2 * i * alpha + q) * run, alpha * run,
+                _line(kind, rows, (2 * i * alpha + q) * run, 2 * alpha * run, alpha * run,
                       out, (q * total + n * tiles + i * tiles_w) * channels,
                       alpha * total * channels, run)
 
@@ -381,10 +378,10 @@ def tile_inverse(prod, num, channels, kind, alpha, tiles_h, tiles_w, half, dst):
             # half[u, q, j, c] = sum_p A^T[u, p] * prod[p*alpha + q, (n, i, j), c]
             for q in range(alpha):
                 _line(kind, prod, (q * total + n * tiles + i * tiles_w) * channels,
-                      alpha * total * channels, half, q * run, alpha * run, run)
+                      2 * alpha * total * channels, alpha * total * channels, half, q * run, alpha * run, run)
             # dst[n, 2i + u, v, j, c] = sum_q A^T[v, q] * half[u, q, j, c]
             for u in range(2):
-                _line(kind, half, u * alpha * run, run, dst,
+                _line(kind, half, u * alpha * run, 2 * run, run, dst,
                       (n * 2 * tiles_h + 2 * i + u) * out_w * channels, run, run)
 
 
@@ -395,7 +392,7 @@ def _input_windows(x, lo, n, channels, height, width, top, left, padded_h, padde
     row ``top``, column ``left`` of zero (padded_h, padded_w) images (through ``image``)."""
     to_channels_last(x[lo * channels * height * width:], n, channels, height, width, top, left,
                      padded_h, padded_w, image)
-    tile_transform(image, n, padded_h, padded_w, channels, kind, alpha, alpha, tiles_h, tiles_w, rows, v)
+    tile_transform(image, n, padded_h, padded_w, channels, kind, alpha, tiles_h, tiles_w, rows, v)
 
 
 @njit(cache=True, nogil=True)
@@ -448,8 +445,8 @@ def weight_products(x, dy, num, step, channels, height, width, top, left, padded
         count = n * tiles
         to_channels_last(dy[lo * out_channels * out_h * out_w:], n, out_channels, out_h, out_w, 0, 0,
                          2 * tiles_h, 2 * tiles_w, diff_image)
-        tile_transform(diff_image, n, 2 * tiles_h, 2 * tiles_w, out_channels, diff_kind, alpha, 2, tiles_h,
-                       tiles_w, diff_rows, vg)
+        tile_transform(diff_image, n, 2 * tiles_h, 2 * tiles_w, out_channels, diff_kind, alpha, tiles_h, tiles_w,
+                       diff_rows, vg)
         into = part if lo == 0 else more
         for gi in range(groups):  # into[xi, gi] = vg[xi, :, group gi].T @ vx[xi, :, group gi]
             batched_gemm(vg, gi * co, count * out_channels, 1, out_channels, vx, gi * ci, count * channels,

@@ -192,7 +192,7 @@ class Winograd:
                                  ph_, pw_, image)
         out = scratch(name, a * a * n * th * tw * channels)
         rows = scratch("wg_rows", ph_ * a * tw * channels)
-        kernels.tile_transform(image, n, ph_, pw_, channels, self.in_kind, a, a, th, tw, rows, out)
+        kernels.tile_transform(image, n, ph_, pw_, channels, self.in_kind, a, th, tw, rows, out)
         return out.reshape(a * a, n * th * tw, channels)
 
     def _diff_tiles(self, dy, channels, out_hw, tiles):
@@ -204,8 +204,7 @@ class Winograd:
                                  2 * th, 2 * tw, image)
         out = scratch('wg_diff', a * a * n * th * tw * channels)
         rows = scratch('wg_rows', 2 * th * tw * a * channels)
-        kernels.tile_transform(image, n, 2 * th, 2 * tw, channels, self.diff_kind, a, 2, th, tw,
-                               rows, out)
+        kernels.tile_transform(image, n, 2 * th, 2 * tw, channels, self.diff_kind, a, th, tw, rows, out)
         return out.reshape(a * a, n * th * tw, channels)
 
     def _convolve(self, x, u, in_channels, out_channels, in_hw, pad, out_hw, out, bias=None, relu=False):

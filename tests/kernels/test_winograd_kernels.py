@@ -22,10 +22,10 @@ def test_eight_channels_at_once_give_each_channels_scalar_bits(kind, taps, outpu
     channels = 19  # two vector blocks, three channels one by one
     src = _values(np.random.default_rng(kind), (taps, channels))
     dst = np.empty((outputs, channels), np.float32)
-    kernels._line(kind, src.reshape(-1), 0, channels, dst.reshape(-1), 0, channels, channels)
+    kernels._line(kind, src.reshape(-1), 0, 2 * channels, channels, dst.reshape(-1), 0, channels, channels)
     for c in range(channels):
         one = np.empty(outputs, np.float32)
-        kernels._line(kind, np.ascontiguousarray(src[:, c]), 0, 1, one, 0, 1, 1)
+        kernels._line(kind, np.ascontiguousarray(src[:, c]), 0, 2, 1, one, 0, 1, 1)
         assert one.tobytes() == np.ascontiguousarray(dst[:, c]).tobytes(), c
 
 

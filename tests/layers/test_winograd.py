@@ -20,7 +20,7 @@ def _matrix_of(kind, rows, cols):
         src = np.zeros(cols, np.float32)
         src[b] = 1
         dst = np.zeros(rows, np.float32)
-        kernels._line(kind, src, 0, 1, dst, 0, 1, 1)
+        kernels._line(kind, src, 0, 2, 1, dst, 0, 1, 1)
         out[:, b] = dst
     return out
 
