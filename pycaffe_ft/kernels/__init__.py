@@ -16,6 +16,6 @@ needs a kernel not compiled before) follows three rules here:
 - A function compiled only as a callee of cached kernels and taking other jitted functions as
   arguments cannot be cached itself (Numba cannot save such signatures), and passing a jitted
   function as a value to a function that is not inlined makes the caller uncacheable: such
-  bodies are inlined, as above. Helpers that take no functions are plain ``@njit`` without a
-  cache of their own where only cached kernels call them (the kernels' cache holds their code).
+  bodies are inlined, as above. A called helper needs no cache of its own where only cached
+  kernels call it (their cache holds its code; ``_to_lanes`` goes without one).
 """
