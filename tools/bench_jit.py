@@ -32,18 +32,15 @@ print('import %%.2f s, first forward+backward %%.2f s' %% (t1 - t0, t2 - t1))
 TRAIN_PROBE = '''
 import sys, time
 t0 = time.perf_counter()
-import numpy as np
-import pycaffe_ft as caffe
+import pycaffe_ft
 sys.path.insert(0, %r)
-import bench_nets, bench_train
+import bench_train
 t1 = time.perf_counter()
 name = sys.argv[1]
-proto, solver = bench_nets.build(name, bench_train.TRAIN_BATCH[name], False)
-sp = caffe.proto.caffe_pb2.SolverParameter(base_lr=solver['base_lr'], momentum=solver['momentum'],
-                                           lr_policy='fixed', max_iter=10, display=0, snapshot_after_train=False)
-sp.net_param.CopyFrom(proto)
-s = caffe.SGDSolver(sp)
-s.net.blobs['data'].data[...] = np.random.rand(*s.net.blobs['data'].shape)
+caffe, proto, solver, data, label = bench_train._build(name, bench_train.TRAIN_BATCH[name], False)
+s = bench_train.sgd_solver(caffe, proto, solver)
+s.net.blobs['data'].data[...] = data
+s.net.blobs['label'].data[...] = label
 s.step(1)
 t2 = time.perf_counter()
 print('import %%.2f s, first training step %%.2f s' %% (t1 - t0, t2 - t1))

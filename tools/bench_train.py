@@ -73,6 +73,16 @@ def _peak_rss_mb():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
+def sgd_solver(caffe, proto, solver):
+    """An SGDSolver training ``proto`` with the benchmark's settings ``solver`` (fixed rate, no
+    display, no snapshot), as :func:`_build` returns them."""
+    sp = caffe.proto.caffe_pb2.SolverParameter(
+        base_lr=solver['base_lr'], momentum=solver['momentum'], weight_decay=solver['weight_decay'],
+        lr_policy='fixed', max_iter=10 ** 6, display=0, snapshot_after_train=False, random_seed=1)
+    sp.net_param.CopyFrom(proto)
+    return caffe.SGDSolver(sp)
+
+
 def child_pycaffe(name, batch, iterations, deploy):
     caffe, proto, solver, data, label = _build(name, batch, deploy)
     if deploy:
@@ -80,11 +90,7 @@ def child_pycaffe(name, batch, iterations, deploy):
         net.blobs['data'].data[...] = data
         ms = median_ms(net.forward, iterations)
     else:
-        sp = caffe.proto.caffe_pb2.SolverParameter(
-            base_lr=solver['base_lr'], momentum=solver['momentum'], weight_decay=solver['weight_decay'],
-            lr_policy='fixed', max_iter=10 ** 6, display=0, snapshot_after_train=False, random_seed=1)
-        sp.net_param.CopyFrom(proto)
-        s = caffe.SGDSolver(sp)
+        s = sgd_solver(caffe, proto, solver)
         s.net.blobs['data'].data[...] = data
         s.net.blobs['label'].data[...] = label
         ms = median_ms(lambda: s.step(1), iterations)

@@ -217,15 +217,15 @@ def _forward(six_by_two, four_by_two, one_by_one, zero, load, splat, full, lanes
                         d = out_base + oo * out_plane + r * out_w + start
                         if block == 6:
                             six_by_two(zero, load, splat, full, x, src0, plane_p, width_p, channels, kh, kw, w,
-                                        oo * taps, taps, bias, use_bias, y, d, out_plane, out_w, oo, relu)
+                                       oo * taps, taps, bias, use_bias, y, d, out_plane, out_w, oo, relu)
                         else:
                             four_by_two(zero, load, splat, full, x, src0, plane_p, width_p, channels, kh, kw, w,
-                                         oo * taps, taps, bias, use_bias, y, d, out_plane, out_w, oo, relu)
+                                        oo * taps, taps, bias, use_bias, y, d, out_plane, out_w, oo, relu)
                         o = oo + block
                     else:
                         one_by_one(zero, load, splat, full, x, src0, plane_p, width_p, channels, kh, kw, w,
-                                    o * taps, bias, use_bias, y, out_base + o * out_plane + r * out_w + start, o,
-                                    relu)
+                                   o * taps, bias, use_bias, y, out_base + o * out_plane + r * out_w + start, o,
+                                   relu)
                         o += 1
                 x0 = start + lanes
             row = r + rows
@@ -383,10 +383,10 @@ def _weight_gradient(gradient_block, gradient_block_4, zero, load, full, lane_in
                 ai = outs * block * step + group * 3 * lanes
                 if outs == 4:
                     gradient_block_4(zero, load, lanes, x, dy, acc, ai, step, sa, sb, sc, d0, width_p, out_w,
-                                      out_h, out_plane, ahead, min(ahead + share, end))
+                                     out_h, out_plane, ahead, min(ahead + share, end))
                 else:
                     gradient_block(zero, load, lanes, x, dy, acc, ai, step, sa, sb, sc, d0, width_p, out_w,
-                                    out_h, out_plane, lane_index, overlap, ahead, min(ahead + share, end))
+                                   out_h, out_plane, lane_index, overlap, ahead, min(ahead + share, end))
             for oc in range(outs * block if db.size else o + outs, o + outs):  # the block's channels not counted before
                 _add_lane_sums(dy, (n * outputs + oc) * out_plane, out_plane, bias_sums, oc * 8)
     for oc in range(db.size):
