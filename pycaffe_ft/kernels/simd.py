@@ -3,7 +3,8 @@
 multiply-add, lane-wise arithmetic, compare-and-select and an 8 x 8 transpose; and cache
 prefetch hints (to read, to write). Sixteen-float vectors (``wload``, ``wload_even``,
 ``whalves``, ``wstore``, ``wsplat``, ``wfull``, ``wramp``, ``wzero``, and two rows of eight in
-one vector: ``wload_rows``, ``wload_even_rows``, ``wramp_rows``; one zmm register; ``vfma``,
+one vector: ``wload_rows``, ``wload_even_rows``, ``wramp_rows``; sixteen lanes picked from four vectors
+by a table, ``wpick``; one zmm register; ``vfma``,
 ``vstore``, ``vwhere_gt``, ``vrelu`` and the lane-wise arithmetic take either width) for
 kernels that have a wide variant, used where :data:`WIDE` says the CPU has AVX-512.
 
@@ -24,11 +25,12 @@ from numba.extending import intrinsic, models, register_model
 __all__ = ['vload', 'vload_even_swizzled', 'vunswizzle', 'vstore', 'vsplat', 'vfull', 'vramp', 'vzero', 'vfma', 'vadd',
            'vsub', 'vmul', 'vdiv', 'vwhere_gt', 'vrelu', 'vtranspose', 'prefetch', 'prefetch_to_write', 'WIDTH',
            'wload', 'wload_even', 'wload_rows', 'wload_even_rows', 'wramp_rows', 'whalves', 'wstore', 'wsplat', 'wfull',
-           'wramp', 'wzero', 'WIDE']
+           'wramp', 'wzero', 'wpick', 'WIDE']
 
 WIDTH = 8
 _VECTOR = ir.VectorType(ir.FloatType(), WIDTH)
 _WIDE_VECTOR = ir.VectorType(ir.FloatType(), 2 * WIDTH)
+_WIDE_INDEX = ir.VectorType(ir.IntType(32), 2 * WIDTH)
 
 
 def _host_has_avx512():
@@ -289,6 +291,34 @@ def whalves(typingctx, vector):
                      for first in (0, WIDTH))
         return context.make_tuple(builder, sig.return_type, [low, high])
     return types.UniTuple(float32x8, 2)(vector), codegen
+
+
+def _permute(builder):
+    """AVX-512's two-register permute of sixteen floats by sixteen int32 lanes (vpermi2ps)."""
+    return cgutils.get_or_insert_function(
+        builder.module, ir.FunctionType(_WIDE_VECTOR, [_WIDE_VECTOR, _WIDE_INDEX, _WIDE_VECTOR]),
+        'llvm.x86.avx512.vpermi2var.ps.512')
+
+
+def _at_least(builder, lanes, bound):
+    return builder.icmp_unsigned('>=', lanes, ir.Constant(_WIDE_INDEX, [bound] * (2 * WIDTH)))
+
+
+@intrinsic
+def wpick(typingctx, v0, v1, v2, v3, picks, index, outside):
+    """Sixteen lanes picked from the 64 floats of v0 .. v3 (v0's lanes first): lane l is element
+    ``picks[index + l]`` (an int32 array) of those 64, or ``outside``'s lane l where that pick is
+    64 or more. Two two-register permutes and two blends."""
+    def codegen(context, builder, sig, args):
+        pointer = _element_pointer(context, builder, sig.args[4], args[4], args[5])
+        lanes = builder.load(builder.bitcast(pointer, _WIDE_INDEX.as_pointer()), align=4)
+        permute = _permute(builder)
+        low, high = builder.call(permute, [args[0], lanes, args[1]]), builder.call(permute, [args[2], lanes, args[3]])
+        return builder.select(_at_least(builder, lanes, 64), args[6],
+                              builder.select(_at_least(builder, lanes, 32), high, low))
+    if not (isinstance(picks, types.Array) and picks.dtype == types.int32):
+        return None
+    return float32x16(v0, v1, v2, v3, picks, index, outside), codegen
 
 
 @intrinsic
