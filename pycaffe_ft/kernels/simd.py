@@ -25,7 +25,7 @@ from numba.extending import intrinsic, models, register_model
 __all__ = ['vload', 'vload_even_swizzled', 'vunswizzle', 'vstore', 'vsplat', 'vfull', 'vramp', 'vzero', 'vfma', 'vadd',
            'vsub', 'vmul', 'vdiv', 'vwhere_gt', 'vrelu', 'vtranspose', 'prefetch', 'prefetch_to_write', 'WIDTH',
            'wload', 'wload_even', 'wload_rows', 'wload_even_rows', 'wramp_rows', 'whalves', 'wstore', 'wsplat', 'wfull',
-           'wramp', 'wzero', 'wpick', 'WIDE']
+           'wramp', 'wzero', 'wpick', 'wpick2', 'WIDE']
 
 WIDTH = 8
 _VECTOR = ir.VectorType(ir.FloatType(), WIDTH)
@@ -319,6 +319,21 @@ def wpick(typingctx, v0, v1, v2, v3, picks, index, outside):
     if not (isinstance(picks, types.Array) and picks.dtype == types.int32):
         return None
     return float32x16(v0, v1, v2, v3, picks, index, outside), codegen
+
+
+@intrinsic
+def wpick2(typingctx, v0, v1, picks, index, outside):
+    """Sixteen lanes picked from the 32 floats of v0 and v1 (v0's lanes first): lane l is
+    element ``picks[index + l]`` (an int32 array) of those 32, or ``outside``'s lane l where that
+    pick is 32 or more. One two-register permute and one blend."""
+    def codegen(context, builder, sig, args):
+        pointer = _element_pointer(context, builder, sig.args[2], args[2], args[3])
+        lanes = builder.load(builder.bitcast(pointer, _WIDE_INDEX.as_pointer()), align=4)
+        picked = builder.call(_permute(builder), [args[0], lanes, args[1]])
+        return builder.select(_at_least(builder, lanes, 32), args[4], picked)
+    if not (isinstance(picks, types.Array) and picks.dtype == types.int32):
+        return None
+    return float32x16(v0, v1, picks, index, outside), codegen
 
 
 @intrinsic

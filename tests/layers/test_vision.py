@@ -139,8 +139,8 @@ def _pool_backward_reference(dy, x_shape, k, s, p, method, mask):
 
 
 @pytest.mark.parametrize('sixteen', [False, True], ids=['8-lanes', '16-lanes'])
-@pytest.mark.parametrize('rows_from', [None, 1, 10 ** 9, 'plane-vectors'],
-                         ids=['default', 'rows', 'plane-lanes', 'plane-vectors'])
+@pytest.mark.parametrize('rows_from', [None, 1, 10 ** 9, 'plane-vectors', 'row-pairs'],
+                         ids=['default', 'rows', 'plane-lanes', 'plane-vectors', 'row-pairs'])
 def test_max_and_ave_pooling_match_caffes_definition_bit_for_bit(rows_from, sixteen, monkeypatch):
     """Random geometries (pads, strides, windows clipped at the edges or empty) and inputs with
     ties, negative zeros and infinities: both ways through the planes give Caffe's bits, forward
@@ -152,17 +152,21 @@ def test_max_and_ave_pooling_match_caffes_definition_bit_for_bit(rows_from, sixt
     the way the layer picks by default; with vectors of eight lanes (rows in blocks of eight
     outputs, rows of up to eight two a sixteen-lane vector, eight planes a vector) and of
     sixteen (every row in blocks of sixteen, rows shorter than that too; sixteen planes a
-    vector); and one plane a vector (planes of at most 64 inputs and 16 outputs, AVX-512 only:
-    the layer's default there, so the forced ways above turn it off; the planes whose vectors
-    would read or store past the arrays through a scratch plane)."""
+    vector); and the small-plane ways, AVX-512 only: one plane a vector (planes of at most 64
+    inputs and 16 outputs) and row pairs (planes at most 16 wide, rows of at most 8 outputs;
+    here also where one plane a vector would go), the layer's default where they apply, so the
+    forced ways above turn them off; planes whose vectors would read or store past the arrays go
+    through a scratch plane."""
     from pycaffe_ft.kernels import pooling as kernels
-    if rows_from == 'plane-vectors':
+    if rows_from in ('plane-vectors', 'row-pairs'):
         if not kernels.WIDE or not sixteen:
-            pytest.skip('one plane a vector: sixteen lanes, AVX-512 only')
-        monkeypatch.setattr(kernels, 'PLANE_VECTORS', True)
+            pytest.skip('the small-plane ways: sixteen lanes, AVX-512 only')
+        monkeypatch.setattr(kernels, 'PLANE_VECTORS', rows_from == 'plane-vectors')
+        monkeypatch.setattr(kernels, 'ROW_PAIRS', rows_from == 'row-pairs')
         rows_from = None
     elif rows_from is not None:
         monkeypatch.setattr(kernels, 'PLANE_VECTORS', False)
+        monkeypatch.setattr(kernels, 'ROW_PAIRS', False)
     if rows_from is not None:
         monkeypatch.setattr(kernels, 'ROWS_MIN_WIDTH', {False: rows_from, True: rows_from})
     monkeypatch.setattr(kernels, 'SIXTEEN_FROM', 1 if sixteen else None)
