@@ -15,7 +15,9 @@ Four ways through the planes:
   in four sixteen-lane vectors and each window tap of all its outputs one pick from them by a
   table (``wpick``); planes at most 16 wide with rows of at most 8 outputs (CIFAR10-quick's
   pool2, AlexNet's pool5) by **row pairs**, two output rows a vector and each tap one pick
-  from the two input rows it reads (``wpick2``). See :func:`_pool_small_planes`.
+  from the two input rows it reads (``wpick2``), and planes at most 32 wide with rows of at most
+  16 outputs (LeNet's pool1, CIFAR10-quick's pool1) by **single rows**, each tap one pick from
+  the two halves of its input row. See :func:`_pool_small_planes`.
 - **Rows** (forward, stride 1 or 2, output rows of ``ROWS_MIN_WIDTH`` or more: 6 for max, 12
   for average pooling): eight outputs of one row are the lanes of a vector, sixteen with
   AVX-512 on rows of ``SIXTEEN_FROM`` (9) or more (a shorter row: one block whose spare lanes
@@ -102,16 +104,24 @@ def _plane_picks(height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, sizes):
 def _pair_picks(height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, sizes):
     """Row pairs: for planes at most 16 wide with rows of at most 8 outputs, output rows 2 c and
     2 c + 1 (lanes 0 .. 2 out_w - 1, in output order) from two input rows each tap (row 2 c's and
-    row 2 c + 1's window row ky, each loaded from its first column as sixteen floats);
-    ``picks[((c * kh + ky) * kw + kx) * 16 + l]`` lane l's element of those 32 (32 where outside
-    the image or past the chunk's outputs), the taps' in-plane offsets as float32, each lane's
-    window size (1 past the outputs)."""
-    if width > 16 or out_w > 8 or out_h * out_w > 256:
+    row 2 c + 1's window row ky, each loaded from its first column as sixteen floats); for planes
+    at most 32 wide with rows of at most 16 outputs, output row c alone from its window row ky,
+    loaded as two sixteen-float halves. ``picks[((c * kh + ky) * kw + kx) * 16 + l]``: lane l's
+    element of those 32 (32 where outside the image or past the chunk's outputs); the taps'
+    in-plane offsets as float32; each lane's window size (1 past the outputs); and the output rows
+    a vector (2 or 1). None for other planes."""
+    if width <= 16 and out_w <= 8:
+        per = 2
+    elif width <= 32 and out_w <= 16:
+        per = 1
+    else:
         return None
-    chunks, lanes = -(-out_h // 2), np.arange(16)
+    if out_h * out_w > 256 * per:
+        return None
+    chunks, lanes = -(-out_h // per), np.arange(16)
     second, ox = np.divmod(lanes, out_w)
-    oy = 2 * np.arange(chunks)[:, None] + second  # (chunks, lanes)
-    real = (second < 2) & (oy < out_h)
+    oy = per * np.arange(chunks)[:, None] + second  # (chunks, lanes)
+    real = (second < per) & (oy < out_h)
     ky, kx = np.divmod(np.arange(kh * kw), kw)
     rows = oy[:, None] * sh - ph + ky[:, None]  # (chunks, taps, lanes)
     columns = np.broadcast_to(ox * sw - pw + kx[:, None], rows.shape)
@@ -119,7 +129,7 @@ def _pair_picks(height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, sizes):
     picks = np.where(inside, 16 * second + columns, 32).astype(np.int32)
     lane_sizes = np.ones((chunks, 16), np.float32)
     lane_sizes[real] = sizes[(oy * out_w + ox)[real]]
-    return picks.reshape(-1), (rows * width + columns).astype(np.float32).reshape(-1), lane_sizes.reshape(-1)
+    return picks.reshape(-1), (rows * width + columns).astype(np.float32).reshape(-1), lane_sizes.reshape(-1), per
 
 
 def _covering_outputs(starts, offsets, in_plane):
@@ -611,7 +621,8 @@ PLANE_VECTORS = WIDE
 
 ROW_PAIRS = WIDE
 """Whether planes at most 16 wide with rows of at most 8 outputs are pooled two output rows a
-vector (AVX-512 only; after one plane a vector, before rows or plane lanes)."""
+vector, and planes at most 32 wide with rows of at most 16 outputs one row a vector (AVX-512
+only; after one plane a vector, before rows or plane lanes)."""
 
 PLANE_AHEAD = 2048
 """How far ahead (floats) the small-plane kernels prefetch their input."""
@@ -664,10 +675,10 @@ def _small_planes(x, planes, height, width, kh, kw, ph, sh, out_h, out_w, taps, 
         else:
             _max_pool_plane_vectors(x, planes, height, width, out_h, out_w, picks, positions, y, mask, PLANE_AHEAD)
     elif ROW_PAIRS and taps[5] is not None:
-        picks, positions, sizes = taps[5]
+        picks, positions, sizes, per = taps[5]
         kernel, window = _window_kernel(_ROW_PAIRS[average], kh, kw)
         tables = (sizes, y) if average else (positions, y, mask)
-        kernel(x, planes, height, width, *window, ph, sh, out_h, out_w, picks, *tables, PLANE_AHEAD)
+        kernel(x, planes, height, width, *window, ph, sh, out_h, out_w, per, picks, *tables, PLANE_AHEAD)
     else:
         return False
     return True
@@ -800,9 +811,14 @@ def _ave_pool_lanes_any_wide(x, planes, in_plane, width, kh, kw, starts, offsets
 # one pick from their 32 floats (:func:`wpick2`, by the table of :func:`_pair_picks`). Hot, one
 # thread, against plane lanes / rows: CIFAR10-quick's pool2 forward 0.119 -> 0.090 ms (its max
 # pooling twin 0.187 -> 0.121), AlexNet's pool5 0.137 -> 0.114; in-net, passes alternated,
-# 0.202 -> 0.134 and 0.189 -> 0.160. All bodies take one signature (see :func:`_pool_small_planes`).
+# 0.202 -> 0.134 and 0.189 -> 0.160. Single rows (planes at most 32 wide, rows of at most 16
+# outputs: LeNet's and CIFAR10-quick's pool1) the same way, one output row a vector, its window
+# row's two sixteen-float halves the two loads: hot, LeNet's pool1 0.153 -> 0.085 ms,
+# CIFAR10-quick's pool1 0.73 -> 0.50 (average twin 0.88 -> 0.35); in-net, passes alternated,
+# LeNet's pool1 0.31 -> 0.175 ms, CIFAR10-quick's 0.81 / 0.84 (its 13 MB input from memory:
+# both at the copy's speed). All bodies take one signature (see :func:`_pool_small_planes`).
 @njit(cache=True, nogil=True, inline='always')
-def _max_plane_vector(x, at, height, width, kh, kw, ph, sh, out_h, out_w, picks, positions, y, mask, o):
+def _max_plane_vector(x, at, height, width, kh, kw, ph, sh, out_h, out_w, picks, positions, y, mask, o, per):
     """Plane x[at:at + 64]'s max pooling outputs into y[o:o + 16], argmaxes into mask."""
     v0, v1, v2, v3 = wload(x, at), wload(x, at + 16), wload(x, at + 32), wload(x, at + 48)
     lowest = wfull(_LOWEST)
@@ -816,7 +832,7 @@ def _max_plane_vector(x, at, height, width, kh, kw, ph, sh, out_h, out_w, picks,
 
 
 @njit(cache=True, nogil=True, inline='always')
-def _ave_plane_vector(x, at, height, width, kh, kw, ph, sh, out_h, out_w, picks, sizes, y, mask, o):
+def _ave_plane_vector(x, at, height, width, kh, kw, ph, sh, out_h, out_w, picks, sizes, y, mask, o, per):
     """Plane x[at:at + 64]'s average pooling outputs into y[o:o + 16] (mask unused)."""
     v0, v1, v2, v3 = wload(x, at), wload(x, at + 16), wload(x, at + 32), wload(x, at + 48)
     zero = wfull(np.float32(0.0))
@@ -827,8 +843,8 @@ def _ave_plane_vector(x, at, height, width, kh, kw, ph, sh, out_h, out_w, picks,
 
 
 @njit(cache=True, nogil=True, inline='always')
-def _pool_small_planes(one_plane, masked, x, planes, height, width, kh, kw, ph, sh, out_h, out_w, reach, stored, picks,
-                       table, y, mask, ahead):
+def _pool_small_planes(one_plane, masked, x, planes, height, width, kh, kw, ph, sh, out_h, out_w, per, reach, stored,
+                       picks, table, y, mask, ahead):
     """Every plane through ``one_plane`` (one of the bodies above and below: ``table`` the
     argmax positions for max pooling, the window sizes for average pooling), which reads up to
     ``reach`` floats from a plane's first input and stores up to ``stored`` from its first
@@ -842,14 +858,14 @@ def _pool_small_planes(one_plane, masked, x, planes, height, width, kh, kw, ph, 
             for line in range(0, in_plane, 16):
                 prefetch(x, plane * in_plane + ahead + line)
         one_plane(x, plane * in_plane, height, width, kh, kw, ph, sh, out_h, out_w, picks, table, y, mask,
-                  plane * out_plane)
+                  plane * out_plane, per)
         plane += 1
     xs = np.zeros(max(reach, in_plane), np.float32)
     ys, ms = np.empty(max(stored, out_plane), np.float32), np.empty(max(stored, out_plane), np.float32)
     for plane in range(plane, planes):
         for i in range(in_plane):
             xs[i] = x[plane * in_plane + i]
-        one_plane(xs, 0, height, width, kh, kw, ph, sh, out_h, out_w, picks, table, ys, ms, 0)
+        one_plane(xs, 0, height, width, kh, kw, ph, sh, out_h, out_w, picks, table, ys, ms, 0, per)
         for o in range(out_plane):
             y[plane * out_plane + o] = ys[o]
             if masked:
@@ -858,14 +874,14 @@ def _pool_small_planes(one_plane, masked, x, planes, height, width, kh, kw, ph, 
 
 @njit(cache=True, nogil=True)
 def _max_pool_plane_vectors(x, planes, height, width, out_h, out_w, picks, positions, y, mask, ahead):
-    _pool_small_planes(_max_plane_vector, True, x, planes, height, width, 0, 0, 0, 0, out_h, out_w, 64, 16, picks,
-                       positions, y, mask, ahead)
+    _pool_small_planes(_max_plane_vector, True, x, planes, height, width, 0, 0, 0, 0, out_h, out_w, 4, 64, 16,
+                       picks, positions, y, mask, ahead)
 
 
 @njit(cache=True, nogil=True)
 def _ave_pool_plane_vectors(x, planes, height, width, out_h, out_w, picks, sizes, y, ahead):
-    _pool_small_planes(_ave_plane_vector, False, x, planes, height, width, 0, 0, 0, 0, out_h, out_w, 64, 16, picks,
-                       sizes, y, y, ahead)
+    _pool_small_planes(_ave_plane_vector, False, x, planes, height, width, 0, 0, 0, 0, out_h, out_w, 4, 64, 16,
+                       picks, sizes, y, y, ahead)
 
 
 @njit(cache=True, nogil=True, inline='always')
@@ -874,82 +890,87 @@ def _clamped_row(row, height):
 
 
 @njit(cache=True, nogil=True, inline='always')
-def _max_row_pairs(x, at, height, width, kh, kw, ph, sh, out_h, out_w, picks, positions, y, mask, o):
+def _max_row_pairs(x, at, height, width, kh, kw, ph, sh, out_h, out_w, picks, positions, y, mask, o, per):
     lowest = wfull(_LOWEST)
-    for c in range((out_h + 1) // 2):
+    for c in range((out_h + per - 1) // per):
         best, index = lowest, wfull(np.float32(-1.0))
         for ky in range(kh):
-            first = 2 * c * sh - ph + ky
+            first = per * c * sh - ph + ky
             va = wload(x, at + _clamped_row(first, height) * width)
-            vb = wload(x, at + _clamped_row(first + sh, height) * width)
+            vb = wload(x, at + (_clamped_row(first + sh, height) * width if per == 2 else
+                                _clamped_row(first, height) * width + 16))
             for kx in range(kw):
                 k = 16 * ((c * kh + ky) * kw + kx)
                 v = wpick2(va, vb, picks, k, lowest)
                 index = vwhere_gt(v, best, wload(positions, k), index)
                 best = vwhere_gt(v, best, v, best)
-        vstore(y, o + 2 * c * out_w, best)
-        vstore(mask, o + 2 * c * out_w, index)
+        vstore(y, o + per * c * out_w, best)
+        vstore(mask, o + per * c * out_w, index)
 
 
 @njit(cache=True, nogil=True, inline='always')
-def _ave_row_pairs(x, at, height, width, kh, kw, ph, sh, out_h, out_w, picks, sizes, y, mask, o):
+def _ave_row_pairs(x, at, height, width, kh, kw, ph, sh, out_h, out_w, picks, sizes, y, mask, o, per):
     zero = wfull(np.float32(0.0))
-    for c in range((out_h + 1) // 2):
+    for c in range((out_h + per - 1) // per):
         total = zero
         for ky in range(kh):
-            first = 2 * c * sh - ph + ky
+            first = per * c * sh - ph + ky
             va = wload(x, at + _clamped_row(first, height) * width)
-            vb = wload(x, at + _clamped_row(first + sh, height) * width)
+            vb = wload(x, at + (_clamped_row(first + sh, height) * width if per == 2 else
+                                _clamped_row(first, height) * width + 16))
             for kx in range(kw):
                 total = vadd(total, wpick2(va, vb, picks, 16 * ((c * kh + ky) * kw + kx), zero))
-        vstore(y, o + 2 * c * out_w, vdiv(total, wload(sizes, 16 * c)))
+        vstore(y, o + per * c * out_w, vdiv(total, wload(sizes, 16 * c)))
 
 
 @njit(cache=True, nogil=True, inline='always')
-def _pool_row_pairs(one_plane, masked, x, planes, height, width, kh, kw, ph, sh, out_h, out_w, picks, table, y, mask,
-                    ahead):
-    """:func:`_pool_small_planes` by row pairs: the last pair's rows loaded from their first
-    column (16 floats), its lanes stored from its first output."""
-    _pool_small_planes(one_plane, masked, x, planes, height, width, kh, kw, ph, sh, out_h, out_w,
-                       (height - 1) * width + 16, 2 * ((out_h - 1) // 2) * out_w + 16, picks, table, y, mask, ahead)
+def _pool_row_pairs(one_plane, masked, x, planes, height, width, kh, kw, ph, sh, out_h, out_w, per, picks, table, y,
+                    mask, ahead):
+    """:func:`_pool_small_planes` by row pairs (``per`` 2) or single rows (1): the last row
+    loaded from its first column (32 floats for single rows), the last chunk's lanes stored
+    from its first output."""
+    _pool_small_planes(one_plane, masked, x, planes, height, width, kh, kw, ph, sh, out_h, out_w, per,
+                       (height - 1) * width + 48 - 16 * per, per * ((out_h - 1) // per) * out_w + 16, picks, table, y,
+                       mask, ahead)
 
 
 # Row-pair kernels: 3 x 3 and 2 x 2 windows compiled as constants (their tap loops unroll;
 # CIFAR10-quick's pool2 forward alone 0.142 -> 0.087 ms), else any window; each compiled on
 # first use.
 @njit(cache=True, nogil=True)
-def _max_pool_row_pairs_3x3(x, planes, height, width, ph, sh, out_h, out_w, picks, positions, y, mask, ahead):
-    _pool_row_pairs(_max_row_pairs, True, x, planes, height, width, 3, 3, ph, sh, out_h, out_w, picks, positions,
+def _max_pool_row_pairs_3x3(x, planes, height, width, ph, sh, out_h, out_w, per, picks, positions, y, mask, ahead):
+    _pool_row_pairs(_max_row_pairs, True, x, planes, height, width, 3, 3, ph, sh, out_h, out_w, per, picks, positions,
                     y, mask, ahead)
 
 
 @njit(cache=True, nogil=True)
-def _max_pool_row_pairs_2x2(x, planes, height, width, ph, sh, out_h, out_w, picks, positions, y, mask, ahead):
-    _pool_row_pairs(_max_row_pairs, True, x, planes, height, width, 2, 2, ph, sh, out_h, out_w, picks, positions,
+def _max_pool_row_pairs_2x2(x, planes, height, width, ph, sh, out_h, out_w, per, picks, positions, y, mask, ahead):
+    _pool_row_pairs(_max_row_pairs, True, x, planes, height, width, 2, 2, ph, sh, out_h, out_w, per, picks, positions,
                     y, mask, ahead)
 
 
 @njit(cache=True, nogil=True)
-def _max_pool_row_pairs_any(x, planes, height, width, kh, kw, ph, sh, out_h, out_w, picks, positions, y, mask, ahead):
-    _pool_row_pairs(_max_row_pairs, True, x, planes, height, width, kh, kw, ph, sh, out_h, out_w, picks, positions,
+def _max_pool_row_pairs_any(x, planes, height, width, kh, kw, ph, sh, out_h, out_w, per, picks, positions, y, mask,
+                            ahead):
+    _pool_row_pairs(_max_row_pairs, True, x, planes, height, width, kh, kw, ph, sh, out_h, out_w, per, picks, positions,
                     y, mask, ahead)
 
 
 @njit(cache=True, nogil=True)
-def _ave_pool_row_pairs_3x3(x, planes, height, width, ph, sh, out_h, out_w, picks, sizes, y, ahead):
-    _pool_row_pairs(_ave_row_pairs, False, x, planes, height, width, 3, 3, ph, sh, out_h, out_w, picks, sizes,
+def _ave_pool_row_pairs_3x3(x, planes, height, width, ph, sh, out_h, out_w, per, picks, sizes, y, ahead):
+    _pool_row_pairs(_ave_row_pairs, False, x, planes, height, width, 3, 3, ph, sh, out_h, out_w, per, picks, sizes,
                     y, y, ahead)
 
 
 @njit(cache=True, nogil=True)
-def _ave_pool_row_pairs_2x2(x, planes, height, width, ph, sh, out_h, out_w, picks, sizes, y, ahead):
-    _pool_row_pairs(_ave_row_pairs, False, x, planes, height, width, 2, 2, ph, sh, out_h, out_w, picks, sizes,
+def _ave_pool_row_pairs_2x2(x, planes, height, width, ph, sh, out_h, out_w, per, picks, sizes, y, ahead):
+    _pool_row_pairs(_ave_row_pairs, False, x, planes, height, width, 2, 2, ph, sh, out_h, out_w, per, picks, sizes,
                     y, y, ahead)
 
 
 @njit(cache=True, nogil=True)
-def _ave_pool_row_pairs_any(x, planes, height, width, kh, kw, ph, sh, out_h, out_w, picks, sizes, y, ahead):
-    _pool_row_pairs(_ave_row_pairs, False, x, planes, height, width, kh, kw, ph, sh, out_h, out_w, picks, sizes,
+def _ave_pool_row_pairs_any(x, planes, height, width, kh, kw, ph, sh, out_h, out_w, per, picks, sizes, y, ahead):
+    _pool_row_pairs(_ave_row_pairs, False, x, planes, height, width, kh, kw, ph, sh, out_h, out_w, per, picks, sizes,
                     y, y, ahead)
 
 
