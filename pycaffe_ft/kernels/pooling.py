@@ -109,16 +109,17 @@ def _pair_picks(height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, sizes):
     loaded as two sixteen-float halves. ``picks[((c * kh + ky) * kw + kx) * 16 + l]``: lane l's
     element of those 32 (32 where outside the image or past the chunk's outputs); the taps'
     in-plane offsets as float32; each lane's window size (1 past the outputs); and the output rows
-    a vector (2 or 1). None for other planes."""
+    a vector (2 or 1). None for other planes, and for planes of more than 32 vectors (the tables
+    stay in the caches)."""
     if width <= 16 and out_w <= 8:
         per = 2
     elif width <= 32 and out_w <= 16:
         per = 1
     else:
         return None
-    if out_h * out_w > 256 * per:
-        return None
     chunks, lanes = -(-out_h // per), np.arange(16)
+    if chunks > 32:
+        return None
     second, ox = np.divmod(lanes, out_w)
     oy = per * np.arange(chunks)[:, None] + second  # (chunks, lanes)
     real = (second < per) & (oy < out_h)
@@ -666,8 +667,8 @@ def _lanes_kernel(constant, general, kh, kw):
 
 
 def _small_planes(x, planes, height, width, kh, kw, ph, sh, out_h, out_w, taps, y, mask, average):
-    """Whether the planes are small enough to go one plane a vector or by row pairs (AVX-512);
-    if so, pool them that way."""
+    """Whether the planes are small enough to go one plane a vector, by row pairs or by single
+    rows (AVX-512); if so, pool them that way."""
     if PLANE_VECTORS and taps[4] is not None:
         picks, positions, sizes = taps[4]
         if average:
@@ -886,6 +887,8 @@ def _ave_pool_plane_vectors(x, planes, height, width, out_h, out_w, picks, sizes
 
 @njit(cache=True, nogil=True, inline='always')
 def _clamped_row(row, height):
+    """The nearest row of the image (a window row outside it is loaded from there; its taps
+    are picked as outside)."""
     return min(max(row, 0), height - 1)
 
 
@@ -1130,4 +1133,3 @@ def stochastic_pool_test(x, kh, kw, sh, sw, out_h, out_w, y):
                             s += v
                             sq += v * v
                     y[n, c, oy, ox] = sq / s
-

@@ -3,10 +3,10 @@
 multiply-add, lane-wise arithmetic, compare-and-select and an 8 x 8 transpose; and cache
 prefetch hints (to read, to write). Sixteen-float vectors (``wload``, ``wload_even``,
 ``whalves``, ``wstore``, ``wsplat``, ``wfull``, ``wramp``, ``wzero``, and two rows of eight in
-one vector: ``wload_rows``, ``wload_even_rows``, ``wramp_rows``; sixteen lanes picked from four vectors
-by a table, ``wpick``; one zmm register; ``vfma``,
-``vstore``, ``vwhere_gt``, ``vrelu`` and the lane-wise arithmetic take either width) for
-kernels that have a wide variant, used where :data:`WIDE` says the CPU has AVX-512.
+one vector: ``wload_rows``, ``wload_even_rows``, ``wramp_rows``; sixteen lanes picked by a table
+from four vectors or two: ``wpick``, ``wpick2``; one zmm register; ``vfma``, ``vstore``,
+``vwhere_gt``, ``vrelu`` and the lane-wise arithmetic take either width) for kernels that have
+a wide variant, used where :data:`WIDE` says the CPU has AVX-512.
 
 Numba's loop vectorizer leaves register-blocked loops (a block of outputs kept in registers
 over a long reduction) scalar; these intrinsics write such loops with vectors directly. On a

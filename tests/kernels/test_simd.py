@@ -1,10 +1,11 @@
 """The vector intrinsics' lane orders against NumPy slicing (the kernels built on them are
 checked bit for bit against Caffe's definitions elsewhere; these pin down the shuffles)."""
 import numpy as np
+import pytest
 from numba import njit
 
-from pycaffe_ft.kernels.simd import vload, vload_even_swizzled, vstore, vtranspose, vunswizzle, whalves, wload, \
-    wload_even, wload_even_rows, wload_rows, wramp_rows, wstore
+from pycaffe_ft.kernels.simd import WIDE, vload, vload_even_swizzled, vstore, vtranspose, vunswizzle, wfull, whalves, \
+    wload, wload_even, wload_even_rows, wload_rows, wpick, wpick2, wramp_rows, wstore
 
 
 @njit(cache=False)
@@ -63,3 +64,25 @@ def test_two_rows_in_one_wide_vector():
 def test_transpose_of_eight_rows():
     x = np.arange(64, dtype=np.float32)
     np.testing.assert_array_equal(_transposed(x), x.reshape(8, 8).T.reshape(-1))
+
+
+@njit(cache=False)
+def _picked(x, picks):
+    out = np.empty(32, np.float32)
+    outside = wfull(np.float32(-7.0))
+    wstore(out, 0, wpick(wload(x, 0), wload(x, 16), wload(x, 32), wload(x, 48), picks, 0, outside))
+    wstore(out, 16, wpick2(wload(x, 0), wload(x, 16), picks, 16, outside))
+    return out
+
+
+@pytest.mark.skipif(not WIDE, reason='the table picks are AVX-512 permutes')
+def test_table_picks_take_the_listed_elements_and_outside_past_the_sources():
+    """wpick: lane l of the 64 floats of four vectors at picks[l] (64 or more: outside);
+    wpick2: of the 32 floats of two vectors (32 or more: outside)."""
+    x = np.arange(64, dtype=np.float32) * np.float32(1.5)
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        picks = np.concatenate([rng.integers(0, 70, 16), rng.integers(0, 36, 16)]).astype(np.int32)
+        out = _picked(x, picks)
+        np.testing.assert_array_equal(out[:16], np.where(picks[:16] < 64, x[np.minimum(picks[:16], 63)], -7))
+        np.testing.assert_array_equal(out[16:], np.where(picks[16:] < 32, x[np.minimum(picks[16:], 31)], -7))
