@@ -893,15 +893,22 @@ def _clamped_row(row, height):
 
 
 @njit(cache=True, nogil=True, inline='always')
+def _window_rows(x, at, c, ky, height, width, ph, sh, per):
+    """Window row ky of chunk c's output rows, the two sixteen-float sources of its picks: of
+    row pairs (``per`` 2) each output row's, from its first column; of single rows (1) the two
+    halves of the one row."""
+    first = _clamped_row(per * c * sh - ph + ky, height) * width
+    second = _clamped_row(per * c * sh - ph + ky + sh, height) * width if per == 2 else first + 16
+    return wload(x, at + first), wload(x, at + second)
+
+
+@njit(cache=True, nogil=True, inline='always')
 def _max_row_pairs(x, at, height, width, kh, kw, ph, sh, out_h, out_w, picks, positions, y, mask, o, per):
     lowest = wfull(_LOWEST)
     for c in range((out_h + per - 1) // per):
         best, index = lowest, wfull(np.float32(-1.0))
         for ky in range(kh):
-            first = per * c * sh - ph + ky
-            va = wload(x, at + _clamped_row(first, height) * width)
-            vb = wload(x, at + (_clamped_row(first + sh, height) * width if per == 2 else
-                                _clamped_row(first, height) * width + 16))
+            va, vb = _window_rows(x, at, c, ky, height, width, ph, sh, per)
             for kx in range(kw):
                 k = 16 * ((c * kh + ky) * kw + kx)
                 v = wpick2(va, vb, picks, k, lowest)
@@ -917,10 +924,7 @@ def _ave_row_pairs(x, at, height, width, kh, kw, ph, sh, out_h, out_w, picks, si
     for c in range((out_h + per - 1) // per):
         total = zero
         for ky in range(kh):
-            first = per * c * sh - ph + ky
-            va = wload(x, at + _clamped_row(first, height) * width)
-            vb = wload(x, at + (_clamped_row(first + sh, height) * width if per == 2 else
-                                _clamped_row(first, height) * width + 16))
+            va, vb = _window_rows(x, at, c, ky, height, width, ph, sh, per)
             for kx in range(kw):
                 total = vadd(total, wpick2(va, vb, picks, 16 * ((c * kh + ky) * kw + kx), zero))
         vstore(y, o + per * c * out_w, vdiv(total, wload(sizes, 16 * c)))
