@@ -81,29 +81,43 @@ def window_taps(height, width, kh, kw, ph, pw, sh, sw, out_h, out_w):
         _pair_picks(height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, sizes)
 
 
-def _plane_picks(height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, sizes):
-    """For planes of at most 64 inputs and 16 outputs (one plane a vector), the windows as
-    sixteen-lane rows, tap t (row-major in the window) of output lane l at ``t * 16 + l``:
-    ``picks``, its in-plane offset (int32; 64 where the tap is outside the image or the lane
-    past the plane's outputs), ``positions``, the same offsets as float32 (max pooling's argmax),
-    and the sixteen lanes' window sizes (1 past the outputs); None for larger planes."""
-    out_plane = out_h * out_w
-    if height * width > 64 or out_plane > 16:
-        return None
-    oy, ox = np.divmod(np.arange(16), out_w)
+def _chunk_windows(height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, sizes, per):
+    """The windows of ``per`` output rows a sixteen-lane chunk (lanes 0 .. per * out_w - 1, in
+    output order), tap t (row-major in the window) of chunk c's lane l at ``(c * taps + t) * 16 +
+    l``: each lane's output row within its chunk, each tap's input row and column, whether the
+    tap is inside the image (and the lane one of the chunk's outputs), and each lane's window
+    size (1 past the outputs)."""
+    chunks, lanes = -(-out_h // per), np.arange(16)
+    second, ox = np.divmod(lanes, out_w)
+    oy = per * np.arange(chunks)[:, None] + second  # (chunks, lanes)
+    real = (second < per) & (oy < out_h)
     ky, kx = np.divmod(np.arange(kh * kw), kw)
-    rows, columns = oy * sh - ph + ky[:, None], ox * sw - pw + kx[:, None]
-    inside = (rows >= 0) & (rows < height) & (columns >= 0) & (columns < width) & (oy < out_h)
+    rows = oy[:, None] * sh - ph + ky[:, None]  # (chunks, taps, lanes)
+    columns = np.broadcast_to(ox * sw - pw + kx[:, None], rows.shape)
+    inside = (rows >= 0) & (rows < height) & (columns >= 0) & (columns < width) & real[:, None]
+    lane_sizes = np.ones((chunks, 16), np.float32)
+    lane_sizes[real] = sizes[(oy * out_w + ox)[real]]
+    return second, rows, columns, inside, lane_sizes.reshape(-1)
+
+
+def _plane_picks(height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, sizes):
+    """For planes of at most 64 inputs and 16 outputs (one plane a vector: one chunk of all
+    out_h rows, :func:`_chunk_windows`): ``picks``, each tap's in-plane offset (int32; 64 where
+    the tap is outside the image or the lane past the plane's outputs), ``positions``, the same
+    offsets as float32 (max pooling's argmax), and the lanes' window sizes; None for larger
+    planes."""
+    if height * width > 64 or out_h * out_w > 16:
+        return None
+    _, rows, columns, inside, lane_sizes = _chunk_windows(height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, sizes,
+                                                          out_h)
     offsets = rows * width + columns
-    lane_sizes = np.ones(16, np.float32)
-    lane_sizes[:out_plane] = sizes
     return np.where(inside, offsets, 64).astype(np.int32).reshape(-1), offsets.astype(np.float32).reshape(-1), \
         lane_sizes
 
 
 def _pair_picks(height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, sizes):
     """Row pairs: for planes at most 16 wide with rows of at most 8 outputs, output rows 2 c and
-    2 c + 1 (lanes 0 .. 2 out_w - 1, in output order) from two input rows each tap (row 2 c's and
+    2 c + 1 (a chunk of :func:`_chunk_windows`) from two input rows each tap (row 2 c's and
     row 2 c + 1's window row ky, each loaded from its first column as sixteen floats); for planes
     at most 32 wide with rows of at most 16 outputs, output row c alone from its window row ky,
     loaded as two sixteen-float halves. ``picks[((c * kh + ky) * kw + kx) * 16 + l]``: lane l's
@@ -117,20 +131,12 @@ def _pair_picks(height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, sizes):
         per = 1
     else:
         return None
-    chunks, lanes = -(-out_h // per), np.arange(16)
-    if chunks > 32:
+    if -(-out_h // per) > 32:
         return None
-    second, ox = np.divmod(lanes, out_w)
-    oy = per * np.arange(chunks)[:, None] + second  # (chunks, lanes)
-    real = (second < per) & (oy < out_h)
-    ky, kx = np.divmod(np.arange(kh * kw), kw)
-    rows = oy[:, None] * sh - ph + ky[:, None]  # (chunks, taps, lanes)
-    columns = np.broadcast_to(ox * sw - pw + kx[:, None], rows.shape)
-    inside = (rows >= 0) & (rows < height) & (columns >= 0) & (columns < width) & real[:, None]
+    second, rows, columns, inside, lane_sizes = _chunk_windows(height, width, kh, kw, ph, pw, sh, sw, out_h, out_w,
+                                                               sizes, per)
     picks = np.where(inside, 16 * second + columns, 32).astype(np.int32)
-    lane_sizes = np.ones((chunks, 16), np.float32)
-    lane_sizes[real] = sizes[(oy * out_w + ox)[real]]
-    return picks.reshape(-1), (rows * width + columns).astype(np.float32).reshape(-1), lane_sizes.reshape(-1), per
+    return picks.reshape(-1), (rows * width + columns).astype(np.float32).reshape(-1), lane_sizes, per
 
 
 def _covering_outputs(starts, offsets, in_plane):
