@@ -31,7 +31,7 @@ import time
 import numpy as np
 
 from .aligned import aligned_empty
-from .thread_crew import ThreadCrew
+from .thread_crew import ThreadCrew, kernels_ready
 
 __all__ = ['num_threads', 'set_num_threads', 'thread_policy', 'adapt_threads', 'run_chunks', 'sum_in_chunk_order',
            'for_images', 'image_chunks', 'gemm', 'matmul', 'scratch', 'blas_library']
@@ -300,10 +300,12 @@ def run_chunks(fn, chunks):
     partial-result array) and may call NumPy and nogil Numba kernels; results come back in
     chunk order. The threads (the calling one included) claim the next chunk as they finish
     one, so a core slowed by another process just takes fewer chunks; the results do not
-    depend on who computed what. With one thread (or one chunk) the calls run here, in order.
+    depend on who computed what. With one thread (or one chunk), or while the crew's kernels
+    compile in the background (see :func:`~pycaffe_ft.thread_crew.kernels_ready`), the calls
+    run here, in order.
     """
     threads = min(num_threads(), len(chunks))
-    if threads <= 1 or threading.current_thread().name.startswith('pycaffe-ft-op'):
+    if threads <= 1 or threading.current_thread().name.startswith('pycaffe-ft-op') or not kernels_ready():
         return [fn(lo, hi) for lo, hi in chunks]
     results = [None] * len(chunks)
     claims = itertools.count()  # next() is atomic under the GIL

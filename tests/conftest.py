@@ -1,7 +1,14 @@
-"""Fixtures shared by the test modules."""
+"""Fixtures shared by the test modules; every kernel compiles in place, on its first call (no
+background compiles: each test runs the kernel it names, and tests/kernels/test_tiered.py turns
+them on where it tests them)."""
+import os
+
 import pytest
 
 from pycaffe_ft import intra_op
+from pycaffe_ft.kernels import tiered
+
+os.environ[tiered.ENV] = '0'
 
 
 @pytest.fixture

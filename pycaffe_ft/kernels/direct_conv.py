@@ -30,6 +30,7 @@ Images are the zero-padded planes (n, C, H + 2 ph, W + 2 pw) made by
 import numpy as np
 from numba import njit
 
+from .tiered import ready
 from .simd import WIDE, prefetch, vadd, vfma, vfull, vload, vramp, vrelu, vsplat, vstore, vwhere_gt, vzero, wfull, \
     wload, wramp, wsplat, wzero
 
@@ -137,19 +138,34 @@ def direct_forward(x, num, channels, height_p, width_p, w, outputs, kh, kw, bias
     Sapphire Rapids core, alternated: CIFAR10-quick's conv1 5.3 -> 3.7 ms). LeNet's conv1 (24
     columns, the last vector half shifted back) gained only 0.41 -> 0.37 ms, and compiling
     the wide version beside the narrow one its conv2 needs cost 1.5 s of LeNet's cold start."""
-    if wide and (width_p - kw + 1) % 16 == 0:
-        if kw == 5:
-            _forward_width_5_wide(x, num, channels, height_p, width_p, w, outputs, kh, bias, use_bias, y, relu)
-        elif kw == 3:
-            _forward_width_3_wide(x, num, channels, height_p, width_p, w, outputs, kh, bias, use_bias, y, relu)
-        else:
-            _forward_any_width_wide(x, num, channels, height_p, width_p, w, outputs, kh, kw, bias, use_bias, y, relu)
-    elif kw == 5:
-        _forward_width_5(x, num, channels, height_p, width_p, w, outputs, kh, bias, use_bias, y, relu)
-    elif kw == 3:
-        _forward_width_3(x, num, channels, height_p, width_p, w, outputs, kh, bias, use_bias, y, relu)
+    kernels = _WIDE_FORWARD if wide and (width_p - kw + 1) % 16 == 0 else _FORWARD
+    if kw in kernels:
+        kernel, args = kernels[kw], (x, num, channels, height_p, width_p, w, outputs, kh, bias, use_bias, y, relu)
     else:
-        _forward_any_width(x, num, channels, height_p, width_p, w, outputs, kh, kw, bias, use_bias, y, relu)
+        kernel, args = kernels[None], (x, num, channels, height_p, width_p, w, outputs, kh, kw, bias, use_bias, y, relu)
+    if ready(kernel, args):
+        kernel(*args)
+    else:
+        forward_reference(x, num, channels, height_p, width_p, w, outputs, kh, kw, bias, use_bias, y, relu)
+
+
+@njit(cache=True, nogil=True)
+def forward_reference(x, num, channels, height_p, width_p, w, outputs, kh, kw, bias, use_bias, y, relu):
+    """:func:`direct_forward` one output row's vector of eight columns at a time, each lane the
+    same multiply-add chain (so the same bits): the reference of its blocked kernels, run while
+    they compile in the background (:mod:`.tiered`; compiles in a fraction of their time)."""
+    out_h, out_w = height_p - kh + 1, width_p - kw + 1
+    plane_p, out_plane = height_p * width_p, out_h * out_w
+    for n in range(num):
+        for o in range(outputs):
+            for r in range(out_h):
+                x0 = 0
+                while x0 < out_w:
+                    start = min(x0, out_w - 8)
+                    _one_by_one(vzero, vload, vsplat, vfull, x, n * channels * plane_p + r * width_p + start, plane_p,
+                                width_p, channels, kh, kw, w, o * channels * kh * kw, bias, use_bias, y,
+                                (n * outputs + o) * out_plane + r * out_w + start, o, relu)
+                    x0 = start + 8
 
 
 @njit(cache=True, nogil=True)
@@ -186,6 +202,10 @@ def _forward_width_3_wide(x, num, channels, height_p, width_p, w, outputs, kh, b
 def _forward_any_width_wide(x, num, channels, height_p, width_p, w, outputs, kh, kw, bias, use_bias, y, relu):
     _forward(_six_by_two, _four_by_two, _one_by_one, wzero, wload, wsplat, wfull, 16,
              x, num, channels, height_p, width_p, w, outputs, kh, kw, bias, use_bias, y, relu)
+
+
+_FORWARD = {5: _forward_width_5, 3: _forward_width_3, None: _forward_any_width}
+_WIDE_FORWARD = {5: _forward_width_5_wide, 3: _forward_width_3_wide, None: _forward_any_width_wide}
 
 
 @njit(cache=True, nogil=True, inline='always')

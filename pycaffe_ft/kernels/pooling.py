@@ -48,6 +48,7 @@ Four ways through the planes:
 import numpy as np
 from numba import njit
 
+from .tiered import ready
 from .simd import WIDE, prefetch, prefetch_to_write, vadd, vdiv, vfull, vload, vload_even_swizzled, vmul, vramp, \
     vsplat, vstore, vsub, vtranspose, vunswizzle, vwhere_gt, wfull, whalves, wload, wload_even, wload_even_rows, \
     wload_rows, wpick, wpick2, wramp, wramp_rows, wsplat
@@ -640,21 +641,19 @@ one eight-output block)."""
 
 
 def _by_rows(x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, y, mask, average):
-    """Whether rows suit this geometry; if so, pool by rows (max pooling with constant windows
-    where common; average pooling, by rows only on wide planes, with any)."""
+    """(kernel, arguments) by rows where rows suit this geometry (max pooling with constant
+    windows where common; average pooling, by rows only on wide planes, with any), else None."""
     if out_w < ROWS_MIN_WIDTH[average] or sw > 2:
-        return False
+        return None
     wide = int(SIXTEEN_FROM is not None and out_w >= SIXTEEN_FROM)
     pairs = () if wide else (out_w <= PAIRS_UP_TO,)
     if average:
-        (_ave_pool_rows, _ave_pool_rows_wide)[wide](x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, y,
-                                                    *pairs)
-    elif (kh, kw, sw) in _MAX_POOL_ROWS:
-        _MAX_POOL_ROWS[kh, kw, sw][wide](x, planes, height, width, ph, pw, sh, out_h, out_w, y, mask, *pairs)
-    else:
-        (_max_pool_rows_any, _max_pool_rows_any_wide)[wide](x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h,
-                                                            out_w, y, mask, *pairs)
-    return True
+        return ((_ave_pool_rows, _ave_pool_rows_wide)[wide],
+                (x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, y, *pairs))
+    if (kh, kw, sw) in _MAX_POOL_ROWS:
+        return _MAX_POOL_ROWS[kh, kw, sw][wide], (x, planes, height, width, ph, pw, sh, out_h, out_w, y, mask, *pairs)
+    return ((_max_pool_rows_any, _max_pool_rows_any_wide)[wide],
+            (x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, y, mask, *pairs))
 
 
 def _window_kernel(kernels, kh, kw):
@@ -665,55 +664,108 @@ def _window_kernel(kernels, kh, kw):
     return kernels[2], (kh, kw)
 
 
-def _lanes_kernel(constant, general, kh, kw):
-    """:func:`_window_kernel` of the plane-lane kernels, each given as (eight planes a vector,
-    sixteen), the width by :data:`PLANE_LANES`."""
-    wide = int(PLANE_LANES == 16)
-    return _window_kernel((constant[0][wide], constant[1][wide], general[wide]), kh, kw)
-
-
 def _small_planes(x, planes, height, width, kh, kw, ph, sh, out_h, out_w, taps, y, mask, average):
-    """Whether the planes are small enough to go one plane a vector, by row pairs or by single
-    rows (AVX-512); if so, pool them that way."""
+    """(kernel, arguments) one plane a vector, by row pairs or by single rows (AVX-512) where
+    the planes are small enough, else None."""
     if PLANE_VECTORS and taps[4] is not None:
         picks, positions, sizes = taps[4]
         if average:
-            _ave_pool_plane_vectors(x, planes, height, width, out_h, out_w, picks, sizes, y, PLANE_AHEAD)
-        else:
-            _max_pool_plane_vectors(x, planes, height, width, out_h, out_w, picks, positions, y, mask, PLANE_AHEAD)
-    elif ROW_PAIRS and taps[5] is not None:
+            return _ave_pool_plane_vectors, (x, planes, height, width, out_h, out_w, picks, sizes, y, PLANE_AHEAD)
+        return (_max_pool_plane_vectors,
+                (x, planes, height, width, out_h, out_w, picks, positions, y, mask, PLANE_AHEAD))
+    if ROW_PAIRS and taps[5] is not None:
         picks, positions, sizes, per = taps[5]
         kernel, window = _window_kernel(_ROW_PAIRS[average], kh, kw)
         tables = (sizes, y) if average else (positions, y, mask)
-        kernel(x, planes, height, width, *window, ph, sh, out_h, out_w, per, picks, *tables, PLANE_AHEAD)
-    else:
-        return False
-    return True
+        return kernel, (x, planes, height, width, *window, ph, sh, out_h, out_w, per, picks, *tables, PLANE_AHEAD)
+    return None
 
 
 def max_pool_forward(x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, taps, y, mask):
     """y and mask (flat argmax index into H*W, as float) hold planes*out_h*out_w values;
     ``taps`` is :func:`window_taps` of this geometry. Small planes go one plane a vector or by
     row pairs (AVX-512), rows of 6 or more outputs at stride 1 or 2 by rows, the others by plane
-    lanes."""
-    if not (_small_planes(x, planes, height, width, kh, kw, ph, sh, out_h, out_w, taps, y, mask, False)
-            or _by_rows(x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, y, mask, False)):
-        kernel, window = _lanes_kernel(((_max_pool_lanes_2x2, _max_pool_lanes_2x2_wide),
+    lanes; while that kernel compiles in the background (:mod:`.tiered`), by
+    :func:`max_pool_caffe`."""
+    kernel, args = (_small_planes(x, planes, height, width, kh, kw, ph, sh, out_h, out_w, taps, y, mask, False)
+                    or _by_rows(x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, y, mask, False)
+                    or _by_plane_lanes(((_max_pool_lanes_2x2, _max_pool_lanes_2x2_wide),
                                         (_max_pool_lanes_3x3, _max_pool_lanes_3x3_wide)),
-                                       (_max_pool_lanes_any, _max_pool_lanes_any_wide), kh, kw)
-        kernel(x, planes, height * width, width, *window, taps[0], taps[1], y, mask)
+                                       (_max_pool_lanes_any, _max_pool_lanes_any_wide),
+                                       x, planes, height, width, kh, kw, taps[:2], y, mask))
+    if ready(kernel, args):
+        kernel(*args)
+    else:
+        max_pool_caffe(x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, y, mask)
 
 
 def ave_pool_forward(x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, taps, y):
     """y holds planes*out_h*out_w averages; ``taps`` is :func:`window_taps` of this geometry.
     Small planes go one plane a vector or by row pairs (AVX-512), rows of 12 or more outputs at
-    stride 1 or 2 by rows, the others by plane lanes."""
-    if not (_small_planes(x, planes, height, width, kh, kw, ph, sh, out_h, out_w, taps, y, y, True)
-            or _by_rows(x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, y, y, True)):
-        kernel, window = _lanes_kernel(((_ave_pool_lanes_2x2, _ave_pool_lanes_2x2_wide),
+    stride 1 or 2 by rows, the others by plane lanes; while that kernel compiles in the
+    background (:mod:`.tiered`), by :func:`ave_pool_caffe`."""
+    kernel, args = (_small_planes(x, planes, height, width, kh, kw, ph, sh, out_h, out_w, taps, y, y, True)
+                    or _by_rows(x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, y, y, True)
+                    or _by_plane_lanes(((_ave_pool_lanes_2x2, _ave_pool_lanes_2x2_wide),
                                         (_ave_pool_lanes_3x3, _ave_pool_lanes_3x3_wide)),
-                                       (_ave_pool_lanes_any, _ave_pool_lanes_any_wide), kh, kw)
-        kernel(x, planes, height * width, width, *window, *taps[:3], y)
+                                       (_ave_pool_lanes_any, _ave_pool_lanes_any_wide),
+                                       x, planes, height, width, kh, kw, taps[:3], y))
+    if ready(kernel, args):
+        kernel(*args)
+    else:
+        ave_pool_caffe(x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, y)
+
+
+def _by_plane_lanes(constant, general, x, planes, height, width, kh, kw, tables, *outputs):
+    """(kernel, arguments) by plane lanes: :func:`_window_kernel` of the plane-lane kernels, each
+    given as (eight planes a vector, sixteen), the width by :data:`PLANE_LANES`, with the
+    window ``tables`` (of :func:`window_taps`) and ``outputs`` (y, or y and mask)."""
+    wide = int(PLANE_LANES == 16)
+    kernel, window = _window_kernel((constant[0][wide], constant[1][wide], general[wide]), kh, kw)
+    return kernel, (x, planes, height * width, width, *window, *tables, *outputs)
+
+
+@njit(cache=True, nogil=True)
+def max_pool_caffe(x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, y, mask):
+    """Max pooling as Caffe's CPU loop writes it, one output at a time: the reference of the
+    vector kernels (the same bits; compiles in a fraction of their time, runs several times
+    slower)."""
+    for plane in range(planes):
+        src, dst = plane * height * width, plane * out_h * out_w
+        for oy in range(out_h):
+            h0 = oy * sh - ph
+            h1, h0 = min(h0 + kh, height), max(h0, 0)
+            for ox in range(out_w):
+                w0 = ox * sw - pw
+                w1, w0 = min(w0 + kw, width), max(w0, 0)
+                best, at = _LOWEST, -1
+                for h in range(h0, h1):
+                    for w in range(w0, w1):
+                        if x[src + h * width + w] > best:
+                            best, at = x[src + h * width + w], h * width + w
+                y[dst + oy * out_w + ox] = best
+                mask[dst + oy * out_w + ox] = at
+
+
+@njit(cache=True, nogil=True, error_model='numpy')  # 0 / 0: NaN, as in Caffe
+def ave_pool_caffe(x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, y):
+    """Average pooling as Caffe's CPU loop writes it (float32 sums in row-major window order
+    over the window clipped to the image, divided by its size clipped to the padded image): the
+    reference of the vector kernels, as :func:`max_pool_caffe`."""
+    for plane in range(planes):
+        src, dst = plane * height * width, plane * out_h * out_w
+        for oy in range(out_h):
+            h0 = oy * sh - ph
+            h1 = min(h0 + kh, height + ph)
+            for ox in range(out_w):
+                w0 = ox * sw - pw
+                w1 = min(w0 + kw, width + pw)
+                size = np.float32((h1 - h0) * (w1 - w0))
+                total = np.float32(0.0)
+                for h in range(max(h0, 0), min(h1, height)):
+                    for w in range(max(w0, 0), min(w1, width)):
+                        total += x[src + h * width + w]
+                y[dst + oy * out_w + ox] = total / size
 
 
 def ave_pool_backward(dy, planes, taps, dx):

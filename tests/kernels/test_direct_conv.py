@@ -5,7 +5,7 @@ gradient computed with the weight gradient)."""
 import numpy as np
 import pytest
 
-from pycaffe_ft.kernels.direct_conv import SIX_CHANNEL_TAPS, direct_forward, direct_weight_gradient
+from pycaffe_ft.kernels.direct_conv import SIX_CHANNEL_TAPS, direct_forward, direct_weight_gradient, forward_reference
 from pycaffe_ft.kernels.im2col import pad_planes
 
 CASES = [  # (num, channels, height, width, outputs, k, pad)
@@ -47,6 +47,14 @@ def test_forward_matches_a_float64_correlation(case):
         want = expected + (bias.reshape(-1, 1, 1) if use_bias else 0)
         assert np.abs(y[False] - want).max() <= 1e-6 * np.abs(want).max()
         assert y[True].tobytes() == y[False].tobytes()  # the same chain per output either way
+        for relu in (False, True):  # the reference the blocked kernels run as while they compile: the same bits
+            fast, reference = (np.full((num, outputs) + out_hw, np.nan, np.float32) for _ in range(2))
+            direct_forward(xp, num, channels, hp, wp, w.reshape(-1), outputs, k, k, bias, use_bias, fast.reshape(-1),
+                           relu=relu)
+            forward_reference(xp, num, channels, hp, wp, w.reshape(-1), outputs, k, k, bias, use_bias,
+                              reference.reshape(-1), relu)
+            assert reference.tobytes() == fast.tobytes()
+            assert not relu or fast.tobytes() == np.maximum(y[False], 0).tobytes()
 
 
 @pytest.mark.parametrize('case', [c for c in CASES if c[4] >= 3 and c[1] * c[5] * c[5] >= 3])

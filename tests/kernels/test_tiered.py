@@ -1,0 +1,96 @@
+"""Tiered compilation (pycaffe_ft.kernels.tiered), in fresh processes with an empty kernel cache
+and two threads: the first pass runs the references (and its chunks on one thread) while the
+worker compiles the vector kernels (and the thread crew's), the next pass loads those from the
+cache the worker wrote; every pass gives the bits the vector kernels give when compiled in
+place; a worker that dies or cannot start leaves the compiles to the process."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from pycaffe_ft.kernels import tiered
+
+NET = '''
+layer { name: "data" type: "Input" top: "data" input_param { shape { dim: 64 dim: 1 dim: 28 dim: 28 } } }
+layer { name: "conv1" type: "Convolution" bottom: "data" top: "conv1"
+  convolution_param { num_output: 20 kernel_size: 5 weight_filler { type: "xavier" } bias_filler { type: "xavier" } } }
+layer { name: "pool1" type: "Pooling" bottom: "conv1" top: "pool1" pooling_param { pool: MAX kernel_size: 2 stride: 2 } }
+layer { name: "conv2" type: "Convolution" bottom: "pool1" top: "conv2"
+  convolution_param { num_output: 50 kernel_size: 5 weight_filler { type: "xavier" } } }
+layer { name: "pool2" type: "Pooling" bottom: "conv2" top: "pool2" pooling_param { pool: MAX kernel_size: 2 stride: 2 } }
+layer { name: "pool3" type: "Pooling" bottom: "pool2" top: "pool3" pooling_param { pool: AVE kernel_size: 3 pad: 1 } }
+'''
+
+PASSES = '''
+import gc, json, sys
+import numpy as np
+import pycaffe_ft as caffe
+from numba.core.dispatcher import Dispatcher
+from pycaffe_ft.kernels import tiered
+
+def compiled():
+    """{kernel: (compiled here, loaded from the cache)} of the pooling and convolution kernels
+    and the thread crew's."""
+    return {d.py_func.__qualname__: (sum(d.stats.cache_misses.values()), sum(d.stats.cache_hits.values()))
+            for d in gc.get_objects() if isinstance(d, Dispatcher) and d.py_func.__module__.endswith(
+                ('kernels.pooling', 'kernels.direct_conv', 'kernels.spin')) and d.overloads}
+
+caffe.set_random_seed(1)
+net = caffe.Net(sys.argv[1], caffe.TRAIN)
+net.blobs['data'].data[...] = np.random.default_rng(0).standard_normal(net.blobs['data'].shape)
+if sys.argv[2] == 'no-worker':
+    tiered.sys.executable = '/nonexistent/python'
+out = {}
+for name in ('first', 'second'):
+    net.forward()
+    out[name] = {'blobs': {b: net.blobs[b].data.tobytes().hex() for b in net.blobs}, 'kernels': compiled()}
+    if sys.argv[2] == 'worker-dies' and name == 'first':
+        tiered._worker[0]._process.kill()
+print(json.dumps(out))
+'''
+
+
+def _passes(tmp_path, mode, background):
+    net_path = tmp_path / 'net.prototxt'
+    net_path.write_text(NET)
+    cache = tmp_path / ('cache-' + mode + background)
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(cache), PYCAFFE_FT_NUM_THREADS='2', **{tiered.ENV: background})
+    out = subprocess.run([sys.executable, '-c', PASSES, str(net_path), mode], env=env, capture_output=True,
+                         text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope='module')
+def in_place(tmp_path_factory):
+    """Both passes with every kernel compiled in place (no background compiles)."""
+    return _passes(tmp_path_factory.mktemp('in_place'), 'worker', '0')
+
+
+REFERENCES = {'forward_reference', 'max_pool_caffe', 'ave_pool_caffe'}
+
+
+def test_the_first_pass_runs_the_references_and_the_next_the_vector_kernels_the_worker_compiled(tmp_path, in_place):
+    fast = set(in_place['first']['kernels']) - {'max_pool_backward'}
+    assert not fast & REFERENCES and {'await_other', 'publish'} < fast and len(fast) > 6
+    out = _passes(tmp_path, 'worker', '1')
+    first, second = out['first']['kernels'], out['second']['kernels']
+    assert REFERENCES <= set(first)
+    for kernel in fast:  # loaded from the worker's cache (in the first pass too once it is done), not compiled here
+        assert first.get(kernel, (0, 0))[0] == 0 and second[kernel][0] == 0 and second[kernel][1] > 0, kernel
+    for name in ('first', 'second'):
+        assert out[name]['blobs'] == in_place[name]['blobs']
+
+
+@pytest.mark.parametrize('mode', ['no-worker', 'worker-dies'])
+def test_without_a_worker_the_kernels_compile_in_place(tmp_path, in_place, mode):
+    out = _passes(tmp_path, mode, '1')
+    fast = set(in_place['first']['kernels']) - {'max_pool_backward'}
+    kernels = out['second']['kernels']
+    assert fast <= set(kernels)
+    if mode == 'no-worker':  # the worker could not start: the first pass compiles them at once
+        assert not REFERENCES & set(out['first']['kernels'])
+    for name in ('first', 'second'):
+        assert out[name]['blobs'] == in_place[name]['blobs']
