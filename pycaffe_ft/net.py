@@ -13,7 +13,6 @@ from .aligned import aligned_zeros
 from .blob import Blob
 from .errors import NetError, ShapeError, UnknownLayerTypeError, WeightsError
 from .log import logger
-from .kernels.tiered import next_pass
 from .netspec_io import load_net_param
 from .proto import caffe_pb2
 from .proto.io import array_to_blob, blob_to_array, first_non_finite, read_binary
@@ -450,7 +449,6 @@ class Net:
         output as it is."""
         end = len(self.layers) - 1 if end is None else end
         loss = 0.0
-        next_pass()
         hooks = self._hooks
         fusing = not (self.debug_info or hooks['before_forward'] or hooks['after_forward'])
         skip = -1
@@ -483,7 +481,6 @@ class Net:
         pass too and nothing looks in between (no debug_info, no before-backward hooks); the
         ReLU's own backward is then skipped, its after-backward hooks still called."""
         start = len(self.layers) - 1 if start is None else start
-        next_pass()
         hooks = self._hooks
         fusing = not (self.debug_info or hooks['before_backward'])
         skip = -1

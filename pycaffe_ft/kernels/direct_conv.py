@@ -30,9 +30,9 @@ Images are the zero-padded planes (n, C, H + 2 ph, W + 2 pw) made by
 import numpy as np
 from numba import njit
 
-from .tiered import ready
 from .simd import WIDE, prefetch, vadd, vfma, vfull, vload, vramp, vrelu, vsplat, vstore, vwhere_gt, vzero, wfull, \
     wload, wramp, wsplat, wzero
+from .tiered import ready
 
 __all__ = ['direct_forward', 'direct_weight_gradient', 'SIX_CHANNEL_TAPS']
 

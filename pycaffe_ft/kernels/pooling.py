@@ -48,10 +48,10 @@ Four ways through the planes:
 import numpy as np
 from numba import njit
 
-from .tiered import ready
 from .simd import WIDE, prefetch, prefetch_to_write, vadd, vdiv, vfull, vload, vload_even_swizzled, vmul, vramp, \
     vsplat, vstore, vsub, vtranspose, vunswizzle, vwhere_gt, wfull, whalves, wload, wload_even, wload_even_rows, \
     wload_rows, wpick, wpick2, wramp, wramp_rows, wsplat
+from .tiered import ready
 
 _LOWEST = np.float32(-3.4028234663852886e38)  # -FLT_MAX, where Caffe's max pooling starts
 

@@ -1,7 +1,7 @@
 """Tiered compilation: the vector kernels that take Numba a second or more to compile run, the
 first time a process needs them, as their reference (a plain kernel with the same bits that
 compiles in a fraction of the time) while a worker process compiles them into Numba's on-disk
-cache on the other core; from the net's next pass on, the fast kernels run.
+cache on the other core; once the worker is done, the fast kernels run.
 
 This is what a user waits for on the first run after installing, and whenever a net needs a
 kernel not compiled before: a deploy script's first forward, a training run's first iteration.
@@ -9,20 +9,22 @@ With the cache warm nothing changes: :func:`ready` loads the fast kernel from th
 first call, as Numba would.
 
 A caller with a tiered kernel runs ``kernel(*args)`` where ``ready(kernel, args)`` and its
-reference otherwise. :func:`ready` answers, per kernel and argument types:
+reference otherwise. The reference must give the kernel's bits for every input (a pass may run
+either), and ``args`` must be exactly what the kernel is called with (its compile is for their
+types). :func:`ready` answers, per kernel and argument types:
 
 - True once the kernel is compiled in this process (one set lookup: the common case), or when
   Numba's cache has it (then it is loaded first);
-- else False, the first time, after handing the compile to the worker; False again for calls
-  in the same pass (a layer's image chunks, other layers with the same kernel);
-- in a later pass (the net calls :func:`next_pass` at the start of each forward and backward
-  pass) it waits for the worker, loads the kernel from the cache and answers True, so every
-  pass after the first runs the fast kernels (benchmarks time them, not the references).
+- else False, after handing the compile to the worker, and False while the worker compiles it
+  (the net goes on with the reference: waiting would only idle);
+- True once the worker has answered: the kernel is loaded from the cache.
 
-Where the worker is not used the kernels compile in place, as without tiers: with
+Tools that time passes call :func:`finish` after their warm-up, so that they time the fast
+kernels. Where the worker is not used the kernels compile in place, as without tiers: with
 ``PYCAFFE_FT_BACKGROUND_COMPILE=0`` (the test suite sets it, so that every test runs the kernel
-it names), in an MPI job (each rank would compile the same kernels), or once the worker has
-failed or ended. A compile the worker could not do (or not cache) is done in place.
+it names), in an MPI job (each rank would compile the same kernels), once the worker could not
+start or has ended, and for a compile the worker has not answered within ``WAIT_SECONDS``. A
+compile the worker could not do (or not cache) is done in place.
 """
 import base64
 import importlib
@@ -32,23 +34,23 @@ import pickle
 import subprocess
 import sys
 import threading
+import time
 
 from ..parallel.launcher import in_mpi_job
 
-__all__ = ['ready', 'next_pass', 'finish', 'ENV']
+__all__ = ['ready', 'finish', 'ENV']
 
 ENV = 'PYCAFFE_FT_BACKGROUND_COMPILE'
 """Set to 0 to compile every kernel in place, on its first call."""
 
 WAIT_SECONDS = 300.0
-"""How long a pass waits for one compile in the worker (they take seconds) before it compiles
-the kernel itself and stops using the worker."""
+"""How long one compile may take in the worker (they take seconds) before the kernel is compiled
+in place and the worker is no longer used."""
 
 _ready = set()  # kernels compiled in this process
 _jobs = {}  # (kernel, argument types) -> _Job handed to the worker
 _lock = threading.Lock()
-_pass = [0]
-_worker = [None]  # the _Worker once started; False once it failed to start
+_worker = [None]  # the _Worker once started; False once it could not start or has ended
 
 
 def _forget_worker():
@@ -64,18 +66,13 @@ if hasattr(os, 'register_at_fork'):
     os.register_at_fork(after_in_child=_forget_worker)
 
 
-def next_pass():
-    """The net's next forward or backward pass starts: a kernel still compiling in the worker
-    is waited for when a call in this pass needs it."""
-    _pass[0] += 1
-
-
 def finish():
-    """Wait for every compile handed to the worker (tools that time passes, tests)."""
+    """Wait for every compile handed to the worker (tools that time passes after a warm-up,
+    tests); the next :func:`ready` of each loads it."""
     with _lock:
         jobs = list(_jobs.values())
     for job in jobs:
-        job.done.wait()
+        job.done.wait(WAIT_SECONDS)
 
 
 def ready(kernel, args):
@@ -96,12 +93,12 @@ def _first_calls(kernel, args):
         worker = _start_worker()
         if worker is None:
             return _load(kernel, types)
-        _jobs[kernel, types] = worker.submit(kernel, types, _pass[0])
+        _jobs[kernel, types] = worker.submit(kernel, types)
         return False
-    if not job.done.is_set() and job.submitted_in == _pass[0]:
-        return False
-    if not job.done.wait(WAIT_SECONDS):  # a worker this slow is stuck: compile here from now on
-        _worker[0] = False
+    if not job.done.is_set() and _worker[0] is not False:
+        if time.monotonic() - job.submitted < WAIT_SECONDS:
+            return False
+        _worker[0] = False  # a worker this slow is stuck: compile here from now on
     return _load(kernel, types)
 
 
@@ -137,8 +134,8 @@ def _start_worker():
 class _Job:
     """A compile handed to the worker; ``done`` is set when it has ended (or the worker has)."""
 
-    def __init__(self, submitted_in):
-        self.submitted_in = submitted_in
+    def __init__(self):
+        self.submitted = time.monotonic()
         self.done = threading.Event()
 
 
@@ -160,8 +157,8 @@ class _Worker:
         self._numbers = itertools.count()
         threading.Thread(target=self._read_answers, name='pycaffe-ft compile answers', daemon=True).start()
 
-    def submit(self, kernel, types, submitted_in):
-        job = _Job(submitted_in)
+    def submit(self, kernel, types):
+        job = _Job()
         number = next(self._numbers)
         self._pending[number] = job
         request = base64.b64encode(pickle.dumps((kernel.py_func.__module__, kernel.py_func.__qualname__, types)))
@@ -178,7 +175,7 @@ class _Worker:
         every job still pending too, and stop using the worker."""
         try:
             for line in self._process.stdout:
-                self._pending.pop(int(line), _Job(0)).done.set()
+                self._pending.pop(int(line), _Job()).done.set()
         except ValueError:
             pass
         finally:

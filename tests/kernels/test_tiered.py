@@ -1,7 +1,7 @@
 """Tiered compilation (pycaffe_ft.kernels.tiered), in fresh processes with an empty kernel cache
 and two threads: the first pass runs the references (and its chunks on one thread) while the
-worker compiles the vector kernels (and the thread crew's), the next pass loads those from the
-cache the worker wrote; every pass gives the bits the vector kernels give when compiled in
+worker compiles the vector kernels (and the thread crew's), a pass after the worker is done
+loads those from the cache the worker wrote; every pass gives the bits the vector kernels give when compiled in
 place; a worker that dies or cannot start leaves the compiles to the process."""
 import json
 import os
@@ -48,6 +48,8 @@ for name in ('first', 'second'):
     out[name] = {'blobs': {b: net.blobs[b].data.tobytes().hex() for b in net.blobs}, 'kernels': compiled()}
     if sys.argv[2] == 'worker-dies' and name == 'first':
         tiered._worker[0]._process.kill()
+    elif name == 'first':
+        tiered.finish()  # the vector kernels run once the worker has them
 print(json.dumps(out))
 '''
 
