@@ -91,9 +91,10 @@ def _first_calls(kernel, args):
         if types in kernel.overloads or not _worker_wanted() or _in_cache(kernel, types):
             return _load(kernel, types)
         worker = _start_worker()
-        if worker is None:
+        job = worker.submit(kernel, types) if worker is not None else None
+        if job is None:
             return _load(kernel, types)
-        _jobs[kernel, types] = worker.submit(kernel, types)
+        _jobs[kernel, types] = job
         return False
     if not job.done.is_set() and _worker[0] is not False:
         if time.monotonic() - job.submitted < WAIT_SECONDS:
@@ -140,11 +141,11 @@ class _Job:
 
 
 class _Worker:
-    """A Python process running :func:`_serve` (this package, whatever the working directory
-    holds): one compile request per line on its stdin, one
-    answer per line on its stdout, read by a thread here. When this process ends first, the
-    worker finishes the compiles it was given (so that the next run finds them in the cache)
-    and ends; Numba writes each cache file whole (a new file renamed into place)."""
+    """A Python process running :func:`_serve` (from this package, whatever the working
+    directory holds): one compile request per line on its stdin, one answer per line on its
+    stdout, read by a thread here. When this process ends first, the worker finishes the
+    compiles it was given (so that the next run finds them in the cache) and ends; Numba
+    writes each cache file whole (a new file renamed into place)."""
 
     def __init__(self):
         env = dict(os.environ, **{ENV: '0', 'OPENBLAS_NUM_THREADS': '1', 'OMP_NUM_THREADS': '1'})
@@ -158,16 +159,21 @@ class _Worker:
         threading.Thread(target=self._read_answers, name='pycaffe-ft compile answers', daemon=True).start()
 
     def submit(self, kernel, types):
-        job = _Job()
-        number = next(self._numbers)
-        self._pending[number] = job
-        request = base64.b64encode(pickle.dumps((kernel.py_func.__module__, kernel.py_func.__qualname__, types)))
+        """The job compiling ``kernel`` for ``types``; None if it cannot be handed over (the
+        worker has ended; argument types that do not pickle)."""
         try:
-            self._process.stdin.write('%d %s\n' % (number, request.decode()))
+            request = pickle.dumps((kernel.py_func.__module__, kernel.py_func.__qualname__, types))
+        except Exception:  # noqa: BLE001  (any pickling failure: compile in place)
+            return None
+        number = next(self._numbers)
+        job = self._pending[number] = _Job()
+        try:
+            self._process.stdin.write('%d %s\n' % (number, base64.b64encode(request).decode()))
             self._process.stdin.flush()
         except (OSError, ValueError):  # the worker has ended
             _worker[0] = False
-            self._pending.pop(number).done.set()
+            self._pending.pop(number, None)
+            return None
         return job
 
     def _read_answers(self):
