@@ -48,6 +48,7 @@ for name in ('first', 'second'):
     out[name] = {'blobs': {b: net.blobs[b].data.tobytes().hex() for b in net.blobs}, 'kernels': compiled()}
     if sys.argv[2] == 'worker-dies' and name == 'first':
         tiered._worker[0]._process.kill()
+        tiered.finish()  # the answer reader sees the worker end and releases its jobs
     elif name == 'first':
         tiered.finish()  # the vector kernels run once the worker has them
 print(json.dumps(out))
