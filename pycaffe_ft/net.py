@@ -12,6 +12,7 @@ import numpy as np
 from .aligned import aligned_zeros
 from .blob import Blob
 from .errors import NetError, ShapeError, UnknownLayerTypeError, WeightsError
+from .kernels import tiered
 from .log import logger
 from .netspec_io import load_net_param
 from .proto import caffe_pb2
@@ -228,6 +229,10 @@ class Net:
         self._relu_masked_by = [self._masks_relu_below(i) for i in range(len(self.layers))]
         self.output_ids = [name_to_id[n] for n in sorted(available)]
         self._build_flat_params()
+        if self.phase == caffe_pb2.TRAIN:
+            for layer, need_backward in zip(self.layers, self.layer_need_backward):
+                for kernel, args in layer.backward_compiles() if need_backward else ():
+                    tiered.ahead(kernel, args)
         self.blob_loss_weights = collections.OrderedDict((n, 0.0) for n in self._blob_names)
         for layer, top_ids in zip(self.layers, self.top_ids):
             for j, bid in enumerate(top_ids):

@@ -8,10 +8,10 @@ the callee is built once and a caller taking it as an argument calls its pointer
 as (float32 pointer, size) pairs: :func:`floats` gives the pointer of a contiguous float32
 array (or view).
 """
-from numba import types
+from numba import cfunc, types
 from numba.extending import intrinsic
 
-__all__ = ['FLOATS', 'floats', 'lazily']
+__all__ = ['FLOATS', 'floats', 'c_function', 'c_function_made']
 
 FLOATS = types.CPointer(types.float32)
 
@@ -27,14 +27,20 @@ def floats(typingctx, array):
     return FLOATS(array), codegen
 
 
-def lazily(build):
-    """``build()`` (which compiles a cfunc) on the first call only; its result after that:
-    importing a kernel module compiles nothing."""
-    made = []
+_made = {}  # Python function -> its C function
 
-    def get():
-        if not made:
-            made.append(build())
-        return made[0]
-    get.__doc__ = build.__doc__
-    return get
+
+def c_function(function, signature):
+    """``function`` (defined at a module's top level: the worker of :mod:`.tiered` finds it by
+    name) compiled as a cached C function of ``signature`` on the first call, loaded from
+    Numba's cache where it has it; the same object after."""
+    made = _made.get(function)
+    if made is None:
+        made = _made[function] = cfunc(signature, cache=True)(function)
+    return made
+
+
+def c_function_made(function):
+    """Whether :func:`c_function` has made ``function`` in this process."""
+    return function in _made
+

@@ -32,9 +32,10 @@ from numba import njit
 
 from .simd import WIDE, prefetch, vadd, vfma, vfull, vload, vramp, vrelu, vsplat, vstore, vwhere_gt, vzero, wfull, \
     wload, wramp, wsplat, wzero
-from .tiered import ready
+from .tiered import await_ahead, ready
 
-__all__ = ['direct_forward', 'direct_weight_gradient', 'SIX_CHANNEL_TAPS']
+__all__ = ['direct_forward', 'forward_reference', 'direct_weight_gradient', 'weight_gradient_reference',
+           'weight_gradient_reference_ahead', 'SIX_CHANNEL_TAPS']
 
 SIX_CHANNEL_TAPS = 75
 """Above this many terms per output the forward keeps six output channels in a block, else
@@ -348,10 +349,33 @@ def direct_weight_gradient(x, num, channels, height_p, width_p, dy, outputs, kh,
     than eight (one Sapphire Rapids core, alternated, CIFAR10-quick's conv1: 7.0 -> 5.4 ms;
     with 3-channel blocks 5.9; LeNet's 24-column rows, a third of the last vector masked, ran
     as fast as eight lanes and stay there). The result depends on the shapes and ``wide`` only."""
-    if wide and (width_p - kw + 1) % 16 == 0 and outputs >= 4:
-        _weight_gradient_wide(x, num, channels, height_p, width_p, dy, outputs, kh, kw, dw, db)
+    kernel = _weight_gradient_wide if _wide_gradient(wide, width_p, kw, outputs) else _weight_gradient_narrow
+    args = (x, num, channels, height_p, width_p, dy, outputs, kh, kw, dw, db)
+    if ready(kernel, args):
+        kernel(*args)
     else:
-        _weight_gradient_narrow(x, num, channels, height_p, width_p, dy, outputs, kh, kw, dw, db)
+        weight_gradient_reference(*args, wide=wide)
+
+
+def weight_gradient_reference(x, num, channels, height_p, width_p, dy, outputs, kh, kw, dw, db, wide=WIDE):
+    """:func:`direct_weight_gradient`'s bits one (output channel, tap) chain at a time, without
+    its blocks and prefetches: its reference, run while it compiles in the background
+    (:mod:`.tiered`; compiles in a fraction of its time)."""
+    reference = _wide_reference if _wide_gradient(wide, width_p, kw, outputs) else _narrow_reference
+    await_ahead(reference)
+    reference(x, num, channels, height_p, width_p, dy, outputs, kh, kw, dw, db)
+
+
+def weight_gradient_reference_ahead(width_p, kw, outputs, wide=WIDE):
+    """:func:`weight_gradient_reference`'s compile for this geometry, for :func:`.tiered.ahead`
+    (the call's types: flat float32 arrays and integers)."""
+    flat = np.empty(0, np.float32)
+    return [(_wide_reference if _wide_gradient(wide, width_p, kw, outputs) else _narrow_reference,
+             (flat, 0, 0, 0, 0, flat, 0, 0, 0, flat, flat))]
+
+
+def _wide_gradient(wide, width_p, kw, outputs):
+    return wide and (width_p - kw + 1) % 16 == 0 and outputs >= 4
 
 
 @njit(cache=True, nogil=True)
@@ -366,6 +390,55 @@ def _weight_gradient_wide(x, num, channels, height_p, width_p, dy, outputs, kh, 
     _weight_gradient(_gradient_block, _gradient_block_4, wzero, wload, wfull,
                      wramp(np.float32(0.0), np.float32(1.0)), 16, 4, x, num, channels, height_p, width_p, dy,
                      outputs, kh, kw, dw, db)
+
+
+@njit(cache=True, nogil=True)
+def _narrow_reference(x, num, channels, height_p, width_p, dy, outputs, kh, kw, dw, db):
+    _weight_gradient_reference(vzero, vload, vfull, vramp(np.float32(0.0), np.float32(1.0)), 8, x, num, channels,
+                               height_p, width_p, dy, outputs, kh, kw, dw, db)
+
+
+@njit(cache=True, nogil=True)
+def _wide_reference(x, num, channels, height_p, width_p, dy, outputs, kh, kw, dw, db):
+    _weight_gradient_reference(wzero, wload, wfull, wramp(np.float32(0.0), np.float32(1.0)), 16, x, num, channels,
+                               height_p, width_p, dy, outputs, kh, kw, dw, db)
+
+
+@njit(cache=True, nogil=True, inline='always')
+def _weight_gradient_reference(zero, load, full, lane_index, lanes, x, num, channels, height_p, width_p, dy, outputs,
+                               kh, kw, dw, db):
+    """:func:`_weight_gradient`'s bits (see :func:`weight_gradient_reference`)."""
+    out_h, out_w = height_p - kh + 1, width_p - kw + 1
+    plane_p, out_plane = height_p * width_p, out_h * out_w
+    overlap = full(np.float32((lanes - out_w % lanes) % lanes) - np.float32(0.5))
+    taps = channels * kh * kw
+    z = zero()
+    total_lanes = np.empty(lanes, np.float32)
+    for o in range(outputs):
+        for t in range(taps):
+            tap = t // (kh * kw) * plane_p + t % (kh * kw) // kw * width_p + t % kw
+            total = zero()
+            for n in range(num):
+                sums = zero()
+                for yy in range(out_h):
+                    r, d = n * channels * plane_p + tap + yy * width_p, (n * outputs + o) * out_plane + yy * out_w
+                    x0 = 0
+                    while x0 < out_w:
+                        start = min(x0, out_w - lanes)
+                        g = load(dy, d + start)
+                        if start != x0:
+                            g = vwhere_gt(lane_index, overlap, g, z)
+                        sums = vfma(g, load(x, r + start), sums)
+                        x0 = start + lanes
+                total = vadd(total, sums)
+            vstore(total_lanes, 0, total)
+            dw[o * taps + t] = _sum_lanes(total_lanes, 0, lanes)
+    bias_sums = np.zeros(outputs * 8, np.float32)
+    for n in range(num):
+        for oc in range(db.size):
+            _add_lane_sums(dy, (n * outputs + oc) * out_plane, out_plane, bias_sums, oc * 8)
+    for oc in range(db.size):
+        db[oc] = _sum_lanes(bias_sums, oc * 8, 8)
 
 
 @njit(cache=True, nogil=True, inline='always')

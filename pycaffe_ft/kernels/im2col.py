@@ -11,10 +11,11 @@ loops are plain copies with no bounds tests. That also keeps Numba's compile tim
 start) small. All kernels release the GIL: layers run them on several threads.
 """
 import numpy as np
-from numba import carray, cfunc, njit, types
+from numba import carray, njit, types
 
-from .c_functions import FLOATS, floats, lazily
+from .c_functions import FLOATS, c_function, floats
 from .simd import vadd, vload, vstore
+from .tiered import await_ahead
 
 
 @njit(cache=True, nogil=True)
@@ -124,35 +125,36 @@ def _columns(images, n_img, channels, height, width, kh, kw, sh, sw, dh, dw, out
               ncols, to_columns)
 
 
-_COLUMNS_SIGNATURE = types.void(FLOATS, *[types.intp] * 13, FLOATS, types.intp, types.intp, types.intp)
-# One builder per kernel, not one taking the kernel: Numba's disk cache keys a cfunc by its
-# qualified name and source line, so two cfuncs made by one closure would share a cache entry.
+COLUMNS_SIGNATURE = types.void(FLOATS, *[types.intp] * 13, FLOATS, types.intp, types.intp, types.intp)
 
 
-@lazily
-def vector_columns_function():
-    """:func:`_vector_columns` as a C function (see :mod:`.c_functions`)."""
-    def c_vector_columns(images, images_size, n_img, channels, height, width, kh, kw, sh, sw, dh, dw, out_h, out_w,
-                         cols, cols_size, ncols, to_columns):
-        _vector_columns(carray(images, images_size), n_img, channels, height, width, kh, kw, sh, sw, dh, dw, out_h,
-                        out_w, carray(cols, cols_size), ncols, to_columns != 0)
-    return cfunc(_COLUMNS_SIGNATURE, cache=True)(c_vector_columns)
+def _c_vector_columns(images, images_size, n_img, channels, height, width, kh, kw, sh, sw, dh, dw, out_h, out_w, cols,
+                      cols_size, ncols, to_columns):
+    _vector_columns(carray(images, images_size), n_img, channels, height, width, kh, kw, sh, sw, dh, dw, out_h, out_w,
+                    carray(cols, cols_size), ncols, to_columns != 0)
 
 
-@lazily
-def any_columns_function():
-    """:func:`_columns` as a C function (see :mod:`.c_functions`)."""
-    def c_columns(images, images_size, n_img, channels, height, width, kh, kw, sh, sw, dh, dw, out_h, out_w,
-                  cols, cols_size, ncols, to_columns):
-        _columns(carray(images, images_size), n_img, channels, height, width, kh, kw, sh, sw, dh, dw, out_h, out_w,
-                 carray(cols, cols_size), ncols, to_columns != 0)
-    return cfunc(_COLUMNS_SIGNATURE, cache=True)(c_columns)
+def _c_columns(images, images_size, n_img, channels, height, width, kh, kw, sh, sw, dh, dw, out_h, out_w, cols,
+               cols_size, ncols, to_columns):
+    _columns(carray(images, images_size), n_img, channels, height, width, kh, kw, sh, sw, dh, dw, out_h, out_w,
+             carray(cols, cols_size), ncols, to_columns != 0)
+
+
+def _columns_kernel(sw, out_w):
+    return _c_vector_columns if sw == 1 and out_w % 8 == 0 else _c_columns
 
 
 def columns_function(sw, out_w):
-    """:func:`columns`' kernel for this stride and output width as a C function, called with
-    :func:`call_columns`."""
-    return vector_columns_function() if sw == 1 and out_w % 8 == 0 else any_columns_function()
+    """:func:`columns`' kernel for this stride and output width as a C function (see
+    :mod:`.c_functions`), called with :func:`call_columns`."""
+    function = _columns_kernel(sw, out_w)
+    await_ahead(function)
+    return c_function(function, COLUMNS_SIGNATURE)
+
+
+def columns_function_ahead(sw, out_w):
+    """:func:`columns_function`'s compile, for :func:`.tiered.ahead`."""
+    return [(_columns_kernel(sw, out_w), COLUMNS_SIGNATURE)]
 
 
 @njit(cache=True, nogil=True, inline='always')

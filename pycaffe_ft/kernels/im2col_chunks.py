@@ -13,12 +13,12 @@ Arrays are flat float32; images (n, C, H, W); columns (C*kh*kw, n*out_h*out_w) a
 through their pointers (:mod:`.c_functions`).
 """
 import numpy as np
-from numba import njit
+from numba import njit, types
 
-from .im2col import call_columns
-from .small_gemm import call_batched_gemm
+from .im2col import COLUMNS_SIGNATURE, call_columns, columns_function_ahead
+from .small_gemm import BATCHED_GEMM_SIGNATURE, batched_gemm_function_ahead, call_batched_gemm
 
-__all__ = ['backward_chunk']
+__all__ = ['backward_chunk', 'backward_chunk_ahead']
 
 
 @njit(cache=True, nogil=True)
@@ -67,3 +67,13 @@ def backward_chunk(x, dy, n, channels, height, width, kh, kw, sh, sw, dh, dw, ou
                           positions)
         call_columns(lower, dx, n, channels, height, width, kh, kw, sh, sw, dh, dw, out_h, out_w, cols, positions,
                      False)
+
+
+def backward_chunk_ahead(sw, out_w):
+    """The compiles a first :func:`backward_chunk` call needs (its own, for the call's types,
+    and its C functions'), for :func:`.tiered.ahead`."""
+    flat, count = np.empty(0, np.float32), 0
+    args = (flat, flat, count) + (count,) * 11 + (flat, count, True, count, flat, True, flat, True, flat, flat, flat,
+                                                  flat, types.FunctionType(BATCHED_GEMM_SIGNATURE),
+                                                  types.FunctionType(COLUMNS_SIGNATURE))
+    return [(backward_chunk, args)] + columns_function_ahead(sw, out_w) + batched_gemm_function_ahead()

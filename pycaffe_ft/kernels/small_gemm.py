@@ -16,12 +16,14 @@ split (between chunks or threads). Operands are flat float32 arrays addressed by
 etc.), so that slices of a larger array (one group's channels) need no copy.
 """
 import numpy as np
-from numba import carray, cfunc, njit, types
+from numba import carray, njit, types
 
-from .c_functions import FLOATS, floats, lazily
+from .c_functions import FLOATS, c_function, floats
 from .simd import WIDE, vfma, vload, vsplat, vstore, vzero, wload, wsplat, wstore, wzero
+from .tiered import await_ahead, c_function_ready, ready
 
-__all__ = ['batched_gemm', 'batched_gemm_narrow', 'batched_gemm_wide', 'batched_gemm_function', 'call_batched_gemm']
+__all__ = ['batched_gemm', 'batched_gemm_narrow', 'batched_gemm_wide', 'batched_gemm_reference', 'run_batched_gemm',
+           'batched_gemm_function', 'call_batched_gemm']
 
 
 # The register blocks are written out for each height (6 rows, and 2 for the rows left over):
@@ -282,17 +284,76 @@ batched_gemm = batched_gemm_wide if WIDE else batched_gemm_narrow
 """The one to call: wide blocks where the CPU has AVX-512."""
 
 
-@lazily
+@njit(cache=True, nogil=True)
+def batched_gemm_reference(a, a_off, a_batch, lda, ak, b, b_off, b_batch, ldb, c, c_off, c_batch, ldc,
+                           batch, m, k, n):
+    """:data:`batched_gemm`'s bits (each element of c the same chain over p in order) in blocks of
+    4 rows by 16 columns (two vectors), the rows and columns left over one row's vector or
+    element at a time: its reference, run while it compiles in the background (:mod:`.tiered`;
+    compiles in a fraction of its time)."""
+    vector_n, block_n, block_m = n - n % 8, n - n % 16, m - m % 4
+    for t in range(batch):
+        at, bt, ct = a_off + t * a_batch, b_off + t * b_batch, c_off + t * c_batch
+        for i in range(0, block_m, 4):
+            ai, ci = at + i * lda, ct + i * ldc
+            for j in range(0, block_n, 16):
+                c00 = c01 = c10 = c11 = c20 = c21 = c30 = c31 = vzero()
+                for p in range(k):
+                    bp, ap = bt + p * ldb + j, ai + p * ak
+                    b0, b1 = vload(b, bp), vload(b, bp + 8)
+                    s = vsplat(a, ap)
+                    c00, c01 = vfma(s, b0, c00), vfma(s, b1, c01)
+                    s = vsplat(a, ap + lda)
+                    c10, c11 = vfma(s, b0, c10), vfma(s, b1, c11)
+                    s = vsplat(a, ap + 2 * lda)
+                    c20, c21 = vfma(s, b0, c20), vfma(s, b1, c21)
+                    s = vsplat(a, ap + 3 * lda)
+                    c30, c31 = vfma(s, b0, c30), vfma(s, b1, c31)
+                for r, (first, second) in enumerate(((c00, c01), (c10, c11), (c20, c21), (c30, c31))):
+                    vstore(c, ci + r * ldc + j, first)
+                    vstore(c, ci + r * ldc + j + 8, second)
+        for i in range(m):
+            ai, ci = at + i * lda, ct + i * ldc
+            for j in range(0 if i >= block_m else block_n, vector_n, 8):
+                _row_8(a, ai, ak, b, bt + j, ldb, c, ci + j, k)
+            for j in range(vector_n, n):
+                _element(a, ai, ak, b, bt + j, ldb, c, ci + j, k)
+
+
+def run_batched_gemm(*args):
+    """``batched_gemm(*args)``, or its reference while it compiles in the background."""
+    (batched_gemm if ready(batched_gemm, args) else batched_gemm_reference)(*args)
+
+
+def _c_batched_gemm(a, a_size, a_off, a_batch, lda, ak, b, b_size, b_off, b_batch, ldb, c, c_size, c_off, c_batch,
+                    ldc, batch, m, k, n):
+    batched_gemm(carray(a, a_size), a_off, a_batch, lda, ak, carray(b, b_size), b_off, b_batch, ldb,
+                 carray(c, c_size), c_off, c_batch, ldc, batch, m, k, n)
+
+
+def _c_batched_gemm_reference(a, a_size, a_off, a_batch, lda, ak, b, b_size, b_off, b_batch, ldb, c, c_size, c_off,
+                              c_batch, ldc, batch, m, k, n):
+    batched_gemm_reference(carray(a, a_size), a_off, a_batch, lda, ak, carray(b, b_size), b_off, b_batch, ldb,
+                           carray(c, c_size), c_off, c_batch, ldc, batch, m, k, n)
+
+
+_I = types.intp
+BATCHED_GEMM_SIGNATURE = types.void(FLOATS, _I, _I, _I, _I, _I, FLOATS, _I, _I, _I, _I, FLOATS, _I, _I, _I, _I, _I, _I, _I, _I)
+
+
 def batched_gemm_function():
-    """:data:`batched_gemm` compiled once as a C function (see :mod:`.c_functions`), called
-    with :func:`call_batched_gemm`."""
-    def c_batched_gemm(a, a_size, a_off, a_batch, lda, ak, b, b_size, b_off, b_batch, ldb,
-                       c, c_size, c_off, c_batch, ldc, batch, m, k, n):
-        batched_gemm(carray(a, a_size), a_off, a_batch, lda, ak, carray(b, b_size), b_off, b_batch, ldb,
-                     carray(c, c_size), c_off, c_batch, ldc, batch, m, k, n)
-    i = types.intp
-    return cfunc(types.void(FLOATS, i, i, i, i, i, FLOATS, i, i, i, i, FLOATS, i, i, i, i, i, i, i, i),
-                 cache=True)(c_batched_gemm)
+    """:data:`batched_gemm` as a C function (see :mod:`.c_functions`), called with
+    :func:`call_batched_gemm`; its reference's while it compiles in the background."""
+    if c_function_ready(_c_batched_gemm, BATCHED_GEMM_SIGNATURE):
+        return c_function(_c_batched_gemm, BATCHED_GEMM_SIGNATURE)
+    await_ahead(_c_batched_gemm_reference)
+    return c_function(_c_batched_gemm_reference, BATCHED_GEMM_SIGNATURE)
+
+
+def batched_gemm_function_ahead():
+    """The compile :func:`batched_gemm_function` needs first (its reference's), for
+    :func:`.tiered.ahead`."""
+    return [(_c_batched_gemm_reference, BATCHED_GEMM_SIGNATURE)]
 
 
 @njit(cache=True, nogil=True, inline='always')

@@ -19,6 +19,13 @@ types). :func:`ready` answers, per kernel and argument types:
   (the net goes on with the reference: waiting would only idle);
 - True once the worker has answered: the kernel is loaded from the cache.
 
+Kernels without a reference that a later pass will surely call (a training net's backward:
+the convolutions' weight-gradient reference, the im2col backward's chunk kernel and C
+functions) are handed to the worker :func:`ahead`, when the net is built: they compile on the
+other core while the first forward passes compile theirs here, and the backward, after
+:func:`await_ahead`, loads them from the cache. C functions (:mod:`.c_functions`) are tiered
+as kernels are (:func:`c_function_ready`).
+
 Tools that time passes call :func:`finish` after their warm-up, so that they time the fast
 kernels. Where the worker is not used the kernels compile in place, as without tiers: with
 ``PYCAFFE_FT_BACKGROUND_COMPILE=0`` (the test suite sets it, so that every test runs the kernel
@@ -36,9 +43,14 @@ import sys
 import threading
 import time
 
-from ..parallel.launcher import in_mpi_job
+from numba.core.caching import FunctionCache
+from numba.core.registry import cpu_target
+from numba.core.types import Type
 
-__all__ = ['ready', 'finish', 'ENV']
+from ..parallel.launcher import in_mpi_job
+from .c_functions import c_function, c_function_made
+
+__all__ = ['ready', 'c_function_ready', 'ahead', 'await_ahead', 'finish', 'ENV']
 
 ENV = 'PYCAFFE_FT_BACKGROUND_COMPILE'
 """Set to 0 to compile every kernel in place, on its first call."""
@@ -49,6 +61,7 @@ in place and the worker is no longer used."""
 
 _ready = set()  # kernels compiled in this process
 _jobs = {}  # (kernel, argument types) -> _Job handed to the worker
+_ahead = {}  # kernel -> its _Jobs handed ahead of a first call (ahead), until awaited
 _lock = threading.Lock()
 _worker = [None]  # the _Worker once started; False once it could not start or has ended
 
@@ -59,6 +72,7 @@ def _forget_worker():
     global _lock
     _lock = threading.Lock()
     _jobs.clear()
+    _ahead.clear()
     _worker[0] = None
 
 
@@ -81,31 +95,80 @@ def ready(kernel, args):
     if kernel in _ready:
         return True
     with _lock:
-        return _first_calls(kernel, args)
+        types = tuple(kernel.typeof_pyval(a) for a in args)
+        return _tier(kernel, types, lambda: types in kernel.overloads or _in_cache(kernel, types),
+                     lambda: kernel.compile(types))
 
 
-def _first_calls(kernel, args):
-    types = tuple(kernel.typeof_pyval(a) for a in args)
+def c_function_ready(function, signature):
+    """:func:`ready` for a C function (:func:`.c_functions.c_function`): whether to pass
+    ``c_function(function, signature)`` now; False: pass its reference's."""
+    if function in _ready:
+        return True
+    with _lock:
+        return _tier(function, signature, lambda: c_function_made(function) or c_function_cached(function, signature),
+                     lambda: c_function(function, signature))
+
+
+def ahead(kernel, args):
+    """Hand a compile to the worker now, ahead of its first call: ``kernel`` a dispatcher and
+    ``args`` values of its call's types (or Numba types), or ``kernel`` a Python function made a
+    C function (:func:`.c_functions.c_function`) and ``args`` its signature. For what a later
+    pass will call for sure (a training net's backward, known once the net is built): it then
+    compiles on the other core during the passes before (see :func:`await_ahead`). Nothing
+    happens where the worker is not used or the kernel is compiled or cached already."""
+    c_made = not hasattr(kernel, 'py_func')
+    with _lock:
+        types = args if c_made else tuple(a if isinstance(a, Type) else kernel.typeof_pyval(a) for a in args)
+        if (kernel, types) in _jobs or kernel in _ready or not _worker_wanted():
+            return
+        if c_made:
+            if c_function_made(kernel) or c_function_cached(kernel, types):
+                return
+        elif types in kernel.overloads or _in_cache(kernel, types):
+            return
+        worker = _start_worker()
+        job = worker.submit(kernel, types) if worker is not None else None
+        if job is not None:
+            _jobs[kernel, types] = job
+            _ahead.setdefault(kernel, []).append(job)
+
+
+def await_ahead(kernel):
+    """Before calling ``kernel`` (or making it a C function): wait for the compiles of it handed
+    :func:`ahead` that the worker has not finished, so that Numba loads them from its cache
+    rather than repeating them here. Once they are done this is a dict lookup."""
+    jobs = _ahead.get(kernel)
+    if jobs:
+        for job in jobs:
+            job.done.wait(WAIT_SECONDS)
+        _ahead.pop(kernel, None)
+
+
+def _tier(kernel, types, compiled, load):
+    """``kernel`` (a dispatcher, or a Python function made a C function) for ``types``:
+    ``compiled()`` says whether this process or Numba's cache has it, ``load()`` compiles it
+    (from the cache where it has it)."""
     job = _jobs.get((kernel, types))
     if job is None:
-        if types in kernel.overloads or not _worker_wanted() or _in_cache(kernel, types):
-            return _load(kernel, types)
+        if not _worker_wanted() or compiled():
+            return _load(kernel, load)
         worker = _start_worker()
         job = worker.submit(kernel, types) if worker is not None else None
         if job is None:
-            return _load(kernel, types)
+            return _load(kernel, load)
         _jobs[kernel, types] = job
         return False
     if not job.done.is_set() and _worker[0] is not False:
         if time.monotonic() - job.submitted < WAIT_SECONDS:
             return False
         _worker[0] = False  # a worker this slow is stuck: compile here from now on
-    return _load(kernel, types)
+    return _load(kernel, load)
 
 
-def _load(kernel, types):
+def _load(kernel, load):
     """Compile (from Numba's cache where it has the kernel) and mark ready."""
-    kernel.compile(types)
+    load()
     _ready.add(kernel)
     return True
 
@@ -115,11 +178,21 @@ def _worker_wanted():
 
 
 def _in_cache(kernel, types):
-    """Whether Numba's on-disk cache holds ``kernel`` for these argument types."""
-    cache = getattr(kernel, '_cache', None)
+    """Whether Numba's on-disk cache holds ``kernel`` for these argument types (its index lists
+    them; nothing is loaded)."""
+    return _indexed(getattr(kernel, '_cache', None), types, kernel.targetctx)
+
+
+def c_function_cached(function, signature):
+    """Whether Numba's on-disk cache holds ``function`` as a C function of ``signature`` (what
+    ``cfunc(signature, cache=True)`` would load; nothing is loaded)."""
+    return _indexed(FunctionCache(function), signature, cpu_target.target_context)
+
+
+def _indexed(cache, key, target_context):
     try:
-        return cache is not None and cache.load_overload(types, kernel.targetctx) is not None
-    except Exception:  # an unreadable cache entry: Numba will compile it
+        return cache is not None and cache._index_key(key, target_context.codegen()) in cache._cache_file._load_index()
+    except Exception:  # noqa: BLE001  (an unreadable cache index: Numba will compile)
         return False
 
 
@@ -159,10 +232,12 @@ class _Worker:
         threading.Thread(target=self._read_answers, name='pycaffe-ft compile answers', daemon=True).start()
 
     def submit(self, kernel, types):
-        """The job compiling ``kernel`` for ``types``; None if it cannot be handed over (the
-        worker has ended; argument types that do not pickle)."""
+        """The job compiling ``kernel`` (a dispatcher, or a Python function to make a C
+        function) for ``types`` (argument types, or the C function's signature); None if it
+        cannot be handed over (the worker has ended; types that do not pickle)."""
+        function = getattr(kernel, 'py_func', kernel)
         try:
-            request = pickle.dumps((kernel.py_func.__module__, kernel.py_func.__qualname__, types))
+            request = pickle.dumps((function.__module__, function.__qualname__, types, function is not kernel))
         except Exception:  # noqa: BLE001  (any pickling failure: compile in place)
             return None
         number = next(self._numbers)
@@ -191,18 +266,22 @@ class _Worker:
 
 
 def _serve(requests, answers):
-    """The worker: compile each requested (module, qualified name, argument types) into Numba's
-    cache and answer the request's number. A compile that fails here is answered all the same:
+    """The worker: compile each requested (module, qualified name, types, whether a dispatcher)
+    into Numba's cache (a dispatcher for argument types, else a C function of that signature)
+    and answer the request's number. A compile that fails here is answered all the same:
     the caller then compiles in place and meets the error itself. Once the caller has ended
     (no one reads the answers) the remaining requests are still compiled."""
     for line in requests:
         number, request = line.split()
         try:
-            module, qualname, types = pickle.loads(base64.b64decode(request))
+            module, qualname, types, dispatcher = pickle.loads(base64.b64decode(request))
             kernel = importlib.import_module(module)
             for name in qualname.split('.'):
                 kernel = getattr(kernel, name)
-            kernel.compile(types)
+            if dispatcher:
+                kernel.compile(types)
+            else:
+                c_function(kernel, types)
         except Exception:  # noqa: BLE001  (reported by the caller's own compile)
             pass
         try:

@@ -18,7 +18,7 @@ import numpy as np
 from numba import njit
 
 from .simd import vadd, vfull, vload, vmul, vrelu, vstore, vsub, vtranspose
-from .small_gemm import batched_gemm
+from .small_gemm import call_batched_gemm
 
 _at = np.uint64  # unsigned offsets: no negative-index wraparound test, so the loops vectorize
 
@@ -398,13 +398,14 @@ def _input_windows(x, lo, n, channels, height, width, top, left, padded_h, padde
 @njit(cache=True, nogil=True)
 def convolve_images(x, num, step, channels, height, width, top, left, padded_h, padded_w, in_kind,
                     alpha, tiles_h, tiles_w, u, groups, out_channels, out_kind, out_h, out_w, bias,
-                    use_bias, relu, y, image, rows, v, prod, half, result):
+                    use_bias, relu, y, image, rows, v, prod, half, result, gemm):
     """y (N, K, out_h, out_w) = the stride-1 convolution of x (N, C, H, W), both flat, placed
     at row ``top``, column ``left`` of a zero (padded_h, padded_w) image, with the transformed
     weights u (alpha^2, groups, C/groups, K/groups), + bias, through a ReLU with ``relu``
     (:func:`from_channels_last`): ``step`` images at a time through :func:`to_channels_last`,
     :func:`tile_transform`, the per-position products
-    (:func:`~pycaffe_ft.kernels.small_gemm.batched_gemm`), :func:`tile_inverse` and
+    (:func:`~pycaffe_ft.kernels.small_gemm.batched_gemm`, called through ``gemm``, its
+    :func:`~pycaffe_ft.kernels.small_gemm.batched_gemm_function`), :func:`tile_inverse` and
     :func:`from_channels_last`, so that one image's tiles and products stay in the core's
     cache between the steps. Scratch for ``step`` images: ``image``, ``rows``, ``v``,
     ``prod``, ``half``, ``result`` (sizes as those functions ask). Each output's bits do not
@@ -416,12 +417,9 @@ def convolve_images(x, num, step, channels, height, width, top, left, padded_h, 
         count = n * tiles
         _input_windows(x, lo, n, channels, height, width, top, left, padded_h, padded_w, in_kind, alpha,
                        tiles_h, tiles_w, image, rows, v)
-        # np.intp(1): a run-time 1, so that this call shares the products' compiled copy with every
-        # other caller (with a constant 1 they compiled a copy of their own, which ran 3-10% slower
-        # alone and the same in-net)
         for gi in range(groups):
-            batched_gemm(v, gi * ci, count * channels, channels, np.intp(1), u, gi * ci * co, groups * ci * co, co,
-                         prod, gi * co, count * out_channels, out_channels, alpha * alpha, count, ci, co)
+            call_batched_gemm(gemm, v, gi * ci, count * channels, channels, 1, u, gi * ci * co, groups * ci * co, co,
+                              prod, gi * co, count * out_channels, out_channels, alpha * alpha, count, ci, co)
         tile_inverse(prod, n, out_channels, out_kind, alpha, tiles_h, tiles_w, half, result)
         from_channels_last(result, n, out_channels, 2 * tiles_h, 2 * tiles_w, out_h, out_w, bias, use_bias,
                            relu, y[lo * out_channels * out_h * out_w:])
@@ -430,13 +428,14 @@ def convolve_images(x, num, step, channels, height, width, top, left, padded_h, 
 @njit(cache=True, nogil=True)
 def weight_products(x, dy, num, step, channels, height, width, top, left, padded_h, padded_w, in_kind,
                     diff_kind, alpha, tiles_h, tiles_w, out_channels, out_h, out_w, groups, part,
-                    image, rows, vx, diff_image, diff_rows, vg, more):
+                    image, rows, vx, diff_image, diff_rows, vg, more, gemm):
     """part (alpha^2, groups, K/groups, C/groups) = the products of the weight gradient summed
     over the tiles of the images x (N, C, H, W) and top diffs dy (N, K, out_h, out_w), both
     flat: per position and group, the transformed top-diff tiles (:data:`DIFF_6`/:data:`DIFF_4`
     of 2 x 2 tiles) transposed times the transformed input windows (placed as
     :func:`convolve_images` places them), ``step`` images at a time, each step's products
-    (in ``more`` after the first) added to ``part``. Scratch for ``step`` images: ``image``,
+    (in ``more`` after the first; through ``gemm`` as in :func:`convolve_images`) added to ``part``.
+    Scratch for ``step`` images: ``image``,
     ``rows``, ``vx`` (input side), ``diff_image``, ``diff_rows``, ``vg`` (top side), ``more``
     (part's size)."""
     ci, co = channels // groups, out_channels // groups
@@ -452,8 +451,8 @@ def weight_products(x, dy, num, step, channels, height, width, top, left, padded
                        diff_rows, vg)
         into = part if lo == 0 else more
         for gi in range(groups):  # into[xi, gi] = vg[xi, :, group gi].T @ vx[xi, :, group gi]
-            batched_gemm(vg, gi * co, count * out_channels, 1, out_channels, vx, gi * ci, count * channels,
-                         channels, into, gi * co * ci, groups * co * ci, ci, alpha * alpha, co, count, ci)
+            call_batched_gemm(gemm, vg, gi * co, count * out_channels, 1, out_channels, vx, gi * ci, count * channels,
+                              channels, into, gi * co * ci, groups * co * ci, ci, alpha * alpha, co, count, ci)
         if lo > 0:
             for i in range(part.size):
                 part[i] += more[i]

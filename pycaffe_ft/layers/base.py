@@ -152,6 +152,14 @@ class Layer:
         *accumulate* param diffs for params with ``param_propagate_down[i]``."""
         raise self.error('backward is not implemented for this layer type (as in Caffe)')
 
+    def backward_compiles(self):
+        """The kernel compiles this layer's first ``backward`` will need, as (kernel, args)
+        pairs for :func:`pycaffe_ft.kernels.tiered.ahead`. A Net building a training net hands
+        them to the compile worker, so that they compile on the other core while the first
+        forward passes run. Called once the net is built (``param_propagate_down`` set); must
+        not compile, allocate large buffers or depend on data. Default: none."""
+        return []
+
     def allow_force_backward(self, bottom_index):
         return True
 

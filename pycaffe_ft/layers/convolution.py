@@ -2,11 +2,12 @@
 import numpy as np
 
 from ..intra_op import gemm, image_chunks, matmul, num_threads, run_chunks, scratch, sum_in_chunk_order
-from ..kernels.direct_conv import direct_forward, direct_weight_gradient
+from ..kernels.direct_conv import direct_forward, direct_weight_gradient, weight_gradient_reference_ahead
 from ..kernels.im2col import columns, columns_function, crop_planes, pad_planes
-from ..kernels.im2col_chunks import backward_chunk
+from ..kernels.im2col_chunks import backward_chunk, backward_chunk_ahead
 from ..kernels.simd import WIDE
-from ..kernels.small_gemm import batched_gemm, batched_gemm_function
+from ..kernels.small_gemm import batched_gemm_function, run_batched_gemm
+from ..kernels.tiered import await_ahead
 from ..proto import caffe_pb2
 from ..registry import LAYERS
 from .base import Layer
@@ -211,8 +212,8 @@ class BaseConvolutionLayer(Layer):
             # packing: batched_gemm's sixteen-lane blocks, LeNet's conv2 (500 x 50 times 50 x
             # 512), one thread: 0.19 -> 0.15 ms a chunk
             m = a.shape[1]
-            batched_gemm(w.reshape(-1), 0, o * k, 1, k, a.reshape(-1), 0, o * m, m,
-                         out.reshape(-1), 0, k * m, m, g, k, o, m)
+            run_batched_gemm(w.reshape(-1), 0, o * k, 1, k, a.reshape(-1), 0, o * m, m,
+                             out.reshape(-1), 0, k * m, m, g, k, o, m)
             return out
         for i in range(g):
             wg = w[i * o:(i + 1) * o]
@@ -295,6 +296,16 @@ class ConvolutionLayer(BaseConvolutionLayer):
             if small and backward == 'im2col' and self.num_output >= 3 and taps >= 3:
                 backward = 'direct'
         return forward, backward
+
+    def backward_compiles(self):
+        """The direct weight gradient's reference, or the im2col backward's chunk kernel and its
+        C functions (see :meth:`backward`), for the backward this layer runs."""
+        algorithm = self.algorithms()[1]
+        if algorithm == 'direct' and self.param_propagate_down[0]:
+            return weight_gradient_reference_ahead(self.in_hw[1] + 2 * self.pad[1], self.kernel[1], self.num_output)
+        if algorithm == 'im2col' and self._small_products():
+            return backward_chunk_ahead(self.stride[1], self.out_hw[1])
+        return []
 
     def _small_products(self):
         """Whether the im2col backward runs as :mod:`~pycaffe_ft.kernels.im2col_chunks` (see
@@ -480,6 +491,7 @@ class ConvolutionLayer(BaseConvolutionLayer):
                     crop_planes(grad, n * c, h, w, ph, pw, dx_flat[lo:hi].reshape(-1))
                 after(lo, hi)
             return w_part, bias_part
+        await_ahead(backward_chunk)
         w_parts, bias_parts = zip(*run_chunks(chunk, chunks))
         if need_w:
             self.blobs[0].diff.reshape(o, k)[...] += sum_in_chunk_order(w_parts)[:, :o].T

@@ -2,7 +2,7 @@
 import numpy as np
 
 from ..intra_op import gemm, matmul, run_chunks, scratch
-from ..kernels.small_gemm import batched_gemm
+from ..kernels.small_gemm import run_batched_gemm
 from ..registry import LAYERS
 from .base import Layer
 
@@ -102,7 +102,8 @@ def _by_sixteen_items(w, x, y_t):
     rows = 6 * max(1, (1 << 20) // (6 * k))  # ~4 MB of weights a chunk, whole blocks of 6
 
     def chunk(lo, hi):
-        batched_gemm(flat_w, lo * k, 0, k, 1, flat_strips, 0, 16 * k, 16, flat_y, lo * m, 16, m, m // 16, hi - lo, k, 16)
+        run_batched_gemm(flat_w, lo * k, 0, k, 1, flat_strips, 0, 16 * k, 16, flat_y, lo * m, 16, m, m // 16, hi - lo, k,
+                         16)
     run_chunks(chunk, [(lo, min(lo + rows, n)) for lo in range(0, n, rows)])
 
 

@@ -21,6 +21,7 @@ import numpy as np
 from ..aligned import aligned_empty
 from ..intra_op import gemm, image_chunks, run_chunks, scratch, sum_in_chunk_order
 from ..kernels import winograd as kernels
+from ..kernels.small_gemm import batched_gemm_function
 from ..proto import caffe_pb2
 
 __all__ = ['Winograd', 'toom_cook']
@@ -226,7 +227,7 @@ class Winograd:
                 bias if use_bias else result[:1], use_bias, relu, out.reshape(-1),
                 scratch('wg_tiles_image', step * ph_ * pw_ * in_channels), scratch('wg_rows', ph_ * a * tw * in_channels),
                 scratch('wg_tiles', a * a * count * in_channels), scratch('wg_prod', a * a * count * out_channels),
-                scratch('wg_half', 2 * a * tw * out_channels), result)
+                scratch('wg_half', 2 * a * tw * out_channels), result, batched_gemm_function())
             return
         count = n * tiles[0] * tiles[1]
         v = self._input_tiles(x, in_channels, in_hw, pad, tiles, 'wg_tiles')
@@ -285,6 +286,7 @@ class Winograd:
         ph_, pw_ = self._windows_hw(tiles)
         step = self._step(num, channels, k, tiles)
         count = step * th * tw
+        products = batched_gemm_function()
 
         def chunk(lo, hi):
             part = self._partials[index[lo] * size:(index[lo] + 1) * size].reshape((a * a, g, co, ci))
@@ -296,7 +298,7 @@ class Winograd:
                     scratch('wg_tiles_image', step * ph_ * pw_ * channels), scratch('wg_rows', ph_ * a * tw * channels),
                     scratch('wg_tiles', a * a * count * channels),
                     scratch('wg_diff_image', step * 4 * th * tw * k), scratch('wg_diff_rows', 2 * th * tw * a * k),
-                    scratch('wg_diff', a * a * count * k), scratch('wg_more', size))
+                    scratch('wg_diff', a * a * count * k), scratch('wg_more', size), products)
             else:
                 vx = self._input_tiles(x[lo:hi], channels, in_hw, self.pad, tiles, 'wg_tiles')
                 vg = self._diff_tiles(dy[lo:hi], k, out_hw, tiles)

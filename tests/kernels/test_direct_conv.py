@@ -5,7 +5,8 @@ gradient computed with the weight gradient)."""
 import numpy as np
 import pytest
 
-from pycaffe_ft.kernels.direct_conv import SIX_CHANNEL_TAPS, direct_forward, direct_weight_gradient, forward_reference
+from pycaffe_ft.kernels.direct_conv import SIX_CHANNEL_TAPS, direct_forward, direct_weight_gradient, forward_reference, \
+    weight_gradient_reference
 from pycaffe_ft.kernels.im2col import pad_planes
 
 CASES = [  # (num, channels, height, width, outputs, k, pad)
@@ -75,6 +76,14 @@ def test_weight_gradient_matches_a_float64_correlation(case):
         direct_weight_gradient(xp, num, channels, hp, wp, dy.reshape(-1), outputs, k, k, again,
                                np.empty(0, np.float32), wide=wide)
         assert again.tobytes() == dw.tobytes()
+        reference = np.full((2, w.size), np.nan, np.float32)  # run while the kernels compile: the same bits
+        reference_db = np.full(outputs, np.nan, np.float32)
+        weight_gradient_reference(xp, num, channels, hp, wp, dy.reshape(-1), outputs, k, k, reference[0], reference_db,
+                                  wide=wide)
+        weight_gradient_reference(xp, num, channels, hp, wp, dy.reshape(-1), outputs, k, k, reference[1],
+                                  np.empty(0, np.float32), wide=wide)
+        assert reference[0].tobytes() == reference[1].tobytes() == dw.tobytes()
+        assert reference_db.tobytes() == db.tobytes()
 
 
 @pytest.mark.parametrize('channels', [3, 30])

@@ -6,7 +6,8 @@ import pytest
 
 from pycaffe_ft.kernels.im2col import columns_function
 from pycaffe_ft.kernels.im2col_chunks import backward_chunk
-from pycaffe_ft.kernels.small_gemm import batched_gemm_function
+from pycaffe_ft.kernels.c_functions import c_function
+from pycaffe_ft.kernels.small_gemm import BATCHED_GEMM_SIGNATURE, _c_batched_gemm_reference, batched_gemm_function
 from tests.layers.test_convolution import _reference
 
 CASES = [  # (N, C, H, W, O, kernel, stride, pad, dilation)
@@ -30,8 +31,9 @@ def _case(n, c, h, w, o, r, stride, pad, dilation):
     return bordered, weights, dy, geometry, pad, reference
 
 
-def _backward(bordered, weights, dy, geometry, need_w, need_b):
-    """(w_part, bias_part, dx with its border) from one backward_chunk call."""
+def _backward(bordered, weights, dy, geometry, need_w, need_b, gemm=None):
+    """(w_part, bias_part, dx with its border) from one backward_chunk call (its products by
+    the C function ``gemm``, batched_gemm's by default)."""
     n, o, k = bordered.shape[0], weights.shape[0], weights[0].size
     positions, lanes = dy[0, 0].size * n, -(-o // 16) * 16
     w_part, bias_part = np.full((k, lanes), np.nan, np.float32), np.full(o, np.nan, np.float32)
@@ -39,7 +41,7 @@ def _backward(bordered, weights, dy, geometry, need_w, need_b):
     backward_chunk(bordered.reshape(-1), dy.reshape(-1), n, *geometry, weights.reshape(-1), o, need_w, lanes,
                    w_part.reshape(-1), need_b, bias_part, True, dx.reshape(-1),
                    np.empty(k * positions, np.float32), np.empty(positions * lanes, np.float32),
-                   np.empty(o * positions, np.float32), batched_gemm_function(),
+                   np.empty(o * positions, np.float32), gemm or batched_gemm_function(),
                    columns_function(geometry[6], geometry[10]))
     return w_part, bias_part, dx
 
@@ -56,3 +58,14 @@ def test_backward_matches_a_float64_convolution(case):
     assert np.abs(inside - dx_ref).max() <= 1e-6 * np.abs(dx_ref).max()
     alone = _backward(bordered, weights, dy, geometry, False, False)[2]  # the bottom diff alone: the same bits
     assert alone.tobytes() == dx.tobytes()
+
+
+@pytest.mark.parametrize('case', CASES[:3])
+def test_backward_with_the_reference_products_gives_the_same_bits(case):
+    """While batched_gemm compiles in the background its reference's C function is passed
+    (:mod:`pycaffe_ft.kernels.tiered`): the same bits."""
+    bordered, weights, dy, geometry = _case(*case)[:4]
+    fast = _backward(bordered, weights, dy, geometry, True, True)
+    reference = _backward(bordered, weights, dy, geometry, True, True, c_function(_c_batched_gemm_reference, BATCHED_GEMM_SIGNATURE))
+    for a, b in zip(fast, reference):
+        assert a.tobytes() == b.tobytes()

@@ -1,19 +1,22 @@
 """batched_gemm against NumPy (float64), on odd shapes and strided operands; its wide
-(sixteen-lane) and narrow variants against each other, bit for bit."""
+(sixteen-lane) and narrow variants and its reference against each other, bit for bit."""
 import numpy as np
 import pytest
 
-from pycaffe_ft.kernels.small_gemm import batched_gemm_narrow, batched_gemm_wide
+from pycaffe_ft.kernels.small_gemm import batched_gemm_narrow, batched_gemm_reference, batched_gemm_wide
 
-VARIANTS = pytest.mark.parametrize('product', [batched_gemm_narrow, batched_gemm_wide], ids=['narrow', 'wide'])
+VARIANTS = pytest.mark.parametrize('product', [batched_gemm_narrow, batched_gemm_wide, batched_gemm_reference],
+                                   ids=['narrow', 'wide', 'reference'])
 
 
-def _run(product, a, b, m, k, n, c_fill=7.0):
+def _run(product, a, b, m, k, n, c_fill=7.0, transposed=False):
     """Products of the (m, k) and (k, n) windows at column 1 of a and 2 of b, written at
-    column 1 of a (batch, m, n + 1) array (its column 0 must stay untouched)."""
+    column 1 of a (batch, m, n + 1) array (its column 0 must stay untouched). With
+    ``transposed``, a is (batch, k, m + 2) and its window's transpose is multiplied."""
     batch = a.shape[0]
     c = np.full((batch, m, n + 1), c_fill, np.float32)
-    product(a.reshape(-1), 1, a[0].size, a.shape[2], 1, b.reshape(-1), 2, b[0].size, b.shape[2],
+    lda, ak = (1, a.shape[2]) if transposed else (a.shape[2], 1)
+    product(a.reshape(-1), 1, a[0].size, lda, ak, b.reshape(-1), 2, b[0].size, b.shape[2],
             c.reshape(-1), 1, c[0].size, n + 1, batch, m, k, n)
     return c
 
@@ -45,11 +48,15 @@ def test_rows_give_the_same_bits_however_they_are_split(product):
         assert np.array_equal(np.concatenate([top, bottom], axis=1), whole), split
 
 
-@pytest.mark.parametrize('m,k,n', [(36, 32, 32), (31, 64, 64), (12, 7, 40), (50, 9, 33)])
-def test_wide_and_narrow_give_the_same_bits(m, k, n):
+@pytest.mark.parametrize('other', [batched_gemm_narrow, batched_gemm_reference], ids=['narrow', 'reference'])
+@pytest.mark.parametrize('transposed', [False, True], ids=['row-major', 'transposed'])
+@pytest.mark.parametrize('m,k,n', [(36, 32, 32), (31, 64, 64), (12, 7, 40), (50, 9, 33), (500, 50, 64)])
+def test_wide_narrow_and_reference_give_the_same_bits(other, transposed, m, k, n):
     """The sixteen-lane blocks run the same chain per element as the eight-lane ones, so a
-    CPU with AVX-512 computes what one without does."""
+    CPU with AVX-512 computes what one without does; the reference (run while they compile in
+    the background) too."""
     rng = np.random.default_rng(k * 7 + n)
-    a = rng.standard_normal((2, m, k + 2)).astype(np.float32)
+    a = rng.standard_normal((2, k, m + 2) if transposed else (2, m, k + 2)).astype(np.float32)
     b = rng.standard_normal((2, k, n + 3)).astype(np.float32)
-    assert np.array_equal(_run(batched_gemm_wide, a, b, m, k, n), _run(batched_gemm_narrow, a, b, m, k, n))
+    assert np.array_equal(_run(batched_gemm_wide, a, b, m, k, n, transposed=transposed),
+                          _run(other, a, b, m, k, n, transposed=transposed))

@@ -97,3 +97,61 @@ def test_without_a_worker_the_kernels_compile_in_place(tmp_path, in_place, mode)
         assert not REFERENCES & set(out['first']['kernels'])
     for name in ('first', 'second'):
         assert out[name]['blobs'] == in_place[name]['blobs']
+
+
+TRAIN_NET = NET.replace('dim: 64 dim: 1 dim: 28 dim: 28', 'dim: 16 dim: 1 dim: 28 dim: 28') + '''
+layer { name: "label" type: "Input" top: "label" input_param { shape { dim: 16 } } }
+layer { name: "ip" type: "InnerProduct" bottom: "pool3" top: "ip"
+  inner_product_param { num_output: 10 weight_filler { type: "xavier" } } }
+layer { name: "loss" type: "SoftmaxWithLoss" bottom: "ip" bottom: "label" top: "loss" }
+'''
+
+AHEAD = '''
+import json, sys
+import numpy as np
+import pycaffe_ft as caffe
+from pycaffe_ft.kernels import c_functions, tiered
+
+caffe.set_random_seed(1)
+net = caffe.Net(sys.argv[1], caffe.TRAIN)
+ahead = [kernel for layer in net.layers for kernel, _ in layer.backward_compiles()]
+handed = sorted(getattr(k, '__qualname__', '') for k in tiered._ahead)
+tiered.finish()  # the worker has compiled what the backward will need
+rng = np.random.default_rng(0)
+net.blobs['data'].data[...] = rng.standard_normal(net.blobs['data'].shape)
+net.blobs['label'].data[...] = rng.integers(0, 10, 16)
+net.forward()
+net.backward()
+compiled = {}
+for kernel in ahead:  # (compiled here, loaded from the cache)
+    if hasattr(kernel, 'py_func'):
+        compiled[kernel.py_func.__qualname__] = (sum(kernel.stats.cache_misses.values()),
+                                                 sum(kernel.stats.cache_hits.values()))
+    elif kernel in c_functions._made:  # (without the worker the fast C functions run from the start)
+        made = c_functions._made[kernel]
+        compiled[kernel.__qualname__] = (1 - made._cache_hits, made._cache_hits)
+diffs = {'%s/%d' % (name, i): b.diff.tobytes().hex() for name, blobs in net.params.items() for i, b in enumerate(blobs)}
+print(json.dumps({'handed': handed, 'compiled': compiled, 'diffs': diffs}))
+'''
+
+
+def test_a_training_net_hands_its_backward_compiles_to_the_worker_ahead(tmp_path):
+    """The convolutions' backward kernels (the direct weight gradient's reference; the im2col
+    chunk kernel and its C functions) compile in the worker while the net is built and its first
+    forward runs: the backward loads them from the cache, and its diffs are those of a run
+    compiling everything in place."""
+    net_path = tmp_path / 'net.prototxt'
+    net_path.write_text(TRAIN_NET)
+    runs = {}
+    for background in ('1', '0'):
+        env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / ('cache' + background)), **{tiered.ENV: background})
+        out = subprocess.run([sys.executable, '-c', AHEAD, str(net_path)], env=env, capture_output=True, text=True,
+                             timeout=600)
+        assert out.returncode == 0, out.stderr
+        runs[background] = json.loads(out.stdout.strip().splitlines()[-1])
+    with_worker = runs['1']
+    assert len(with_worker['compiled']) >= 1 and len(with_worker['handed']) == len(with_worker['compiled'])
+    for kernel, (here, loaded) in with_worker['compiled'].items():
+        assert here == 0 and loaded > 0, kernel
+    assert not runs['0']['handed']  # without the worker nothing is handed ahead
+    assert with_worker['diffs'] == runs['0']['diffs']
