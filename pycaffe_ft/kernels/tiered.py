@@ -50,7 +50,7 @@ from numba.core.types import Type
 from ..parallel.launcher import in_mpi_job
 from .c_functions import c_function, c_function_made
 
-__all__ = ['ready', 'c_function_ready', 'ahead', 'await_ahead', 'finish', 'ENV']
+__all__ = ['ready', 'c_function_ready', 'ahead', 'await_ahead', 'busy', 'finish', 'ENV']
 
 ENV = 'PYCAFFE_FT_BACKGROUND_COMPILE'
 """Set to 0 to compile every kernel in place, on its first call."""
@@ -89,6 +89,12 @@ def finish():
         job.done.wait(WAIT_SECONDS)
 
 
+def busy():
+    """Whether the worker is compiling for this process (compiles handed to it and not done):
+    work that would spread over both cores keeps to one meanwhile (the worker has the other)."""
+    return bool(_worker[0]) and not all(job.done.is_set() for job in list(_jobs.values()))
+
+
 def ready(kernel, args):
     """Whether to run ``kernel(*args)`` now (see the module's docstring); False: run its
     reference."""
@@ -122,6 +128,7 @@ def ahead(kernel, args):
         types = args if c_made else tuple(a if isinstance(a, Type) else kernel.typeof_pyval(a) for a in args)
         if (kernel, types) in _jobs or kernel in _ready or not _worker_wanted():
             return
+        _after_other_runs()
         if c_made:
             if c_function_made(kernel) or c_function_cached(kernel, types):
                 return
@@ -151,7 +158,10 @@ def _tier(kernel, types, compiled, load):
     (from the cache where it has it)."""
     job = _jobs.get((kernel, types))
     if job is None:
-        if not _worker_wanted() or compiled():
+        if not _worker_wanted():
+            return _load(kernel, load)
+        _after_other_runs()
+        if compiled():
             return _load(kernel, load)
         worker = _start_worker()
         job = worker.submit(kernel, types) if worker is not None else None
@@ -194,6 +204,28 @@ def _indexed(cache, key, target_context):
         return cache is not None and cache._index_key(key, target_context.codegen()) in cache._cache_file._load_index()
     except Exception:  # noqa: BLE001  (an unreadable cache index: Numba will compile)
         return False
+
+
+def _after_other_runs():
+    """Once a process, on its first tiered kernel: if the worker of another run (one that
+    started just before, from the same empty cache) is still compiling into this cache, wait
+    for it to end (up to WAIT_SECONDS) and say so (True): what it compiles is then in the cache,
+    and this run neither compiles it a second time nor runs beside it (runs 5 s apart, at two
+    threads: a LeNet step of the second took 12-15 ms instead of 7-8)."""
+    if _other_runs_checked:
+        return False
+    _other_runs_checked.append(True)
+    lock = _compile_lock(blocking=False)
+    if lock is not None:  # no other run's worker compiles now
+        lock.close()
+        return False
+    lock = _compile_lock(blocking=True, timeout=WAIT_SECONDS)
+    if lock is not None:
+        lock.close()
+    return True
+
+
+_other_runs_checked = []
 
 
 def _start_worker():
@@ -270,7 +302,9 @@ def _serve(requests, answers):
     into Numba's cache (a dispatcher for argument types, else a C function of that signature)
     and answer the request's number. A compile that fails here is answered all the same:
     the caller then compiles in place and meets the error itself. Once the caller has ended
-    (no one reads the answers) the remaining requests are still compiled."""
+    (no one reads the answers) the remaining requests are still compiled. One worker compiles
+    into a cache at a time (:func:`_compile_lock`; see :func:`_after_other_runs`)."""
+    lock = _compile_lock()
     for line in requests:
         number, request = line.split()
         try:
@@ -284,9 +318,42 @@ def _serve(requests, answers):
                 c_function(kernel, types)
         except Exception:  # noqa: BLE001  (reported by the caller's own compile)
             pass
-        try:
-            answers.write(number + '\n')
-            answers.flush()
-        except OSError:
-            pass
+        _answer(answers, number)
+    del lock
 
+
+def _answer(answers, text):
+    """One line to the caller (gone, if it has ended)."""
+    try:
+        answers.write(text + '\n')
+        answers.flush()
+    except OSError:
+        pass
+
+
+def _compile_lock(blocking=True, timeout=None):
+    """The exclusive lock a worker holds while it runs (on a file named after the package and
+    Numba's cache directory): the open file holding it, or None if another process holds it
+    (without ``blocking``, or after ``timeout`` seconds) or locks are not available here."""
+    try:
+        import fcntl
+        import hashlib
+        import tempfile
+        from numba.core import config
+        where = '%s|%s' % (os.path.dirname(os.path.abspath(__file__)), config.CACHE_DIR)
+        path = os.path.join(tempfile.gettempdir(), 'pycaffe-ft-compile-%s.lock'
+                            % hashlib.sha1(where.encode()).hexdigest()[:16])
+        lock = open(path, 'a')
+    except (ImportError, OSError):
+        return None
+    deadline = time.monotonic() + (timeout if blocking and timeout is not None else 0.0)
+    while True:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return lock
+        except OSError:
+            if blocking and (timeout is None or time.monotonic() < deadline):
+                time.sleep(0.05)
+                continue
+            lock.close()
+            return None

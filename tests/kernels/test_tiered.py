@@ -155,3 +155,24 @@ def test_a_training_net_hands_its_backward_compiles_to_the_worker_ahead(tmp_path
         assert here == 0 and loaded > 0, kernel
     assert not runs['0']['handed']  # without the worker nothing is handed ahead
     assert with_worker['diffs'] == runs['0']['diffs']
+
+
+def test_a_run_waits_for_the_worker_of_a_run_still_compiling_into_its_cache(tmp_path):
+    """While another run's worker holds the cache's compile lock, a new run's first tiered
+    kernel waits for it to end (then loads what it compiled) instead of compiling beside it."""
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / 'cache'), **{tiered.ENV: '1'})
+    holder = subprocess.Popen([sys.executable, '-c', 'import sys, time\nfrom pycaffe_ft.kernels import tiered\n'
+                               'lock = tiered._compile_lock()\nprint(lock is not None, flush=True)\ntime.sleep(3)'],
+                              env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == 'True'
+        probe = ('import time\nfrom pycaffe_ft.kernels import tiered\nstart = time.monotonic()\n'
+                 'print(tiered._after_other_runs(), tiered._after_other_runs(), time.monotonic() - start)')
+        out = subprocess.run([sys.executable, '-c', probe], env=env, capture_output=True, text=True, timeout=120)
+        waited, again, seconds = out.stdout.split()
+        assert (waited, again) == ('True', 'False') and float(seconds) >= 1.0  # once a process
+        out = subprocess.run([sys.executable, '-c', probe], env=env, capture_output=True, text=True, timeout=120)
+        assert out.stdout.split()[0] == 'False'  # the holder has ended: nothing to wait for
+    finally:
+        holder.kill()
+        holder.wait()
