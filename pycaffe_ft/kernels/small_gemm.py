@@ -338,7 +338,8 @@ def _c_batched_gemm_reference(a, a_size, a_off, a_batch, lda, ak, b, b_size, b_o
 
 
 _I = types.intp
-BATCHED_GEMM_SIGNATURE = types.void(FLOATS, _I, _I, _I, _I, _I, FLOATS, _I, _I, _I, _I, FLOATS, _I, _I, _I, _I, _I, _I, _I, _I)
+BATCHED_GEMM_SIGNATURE = types.void(FLOATS, _I, _I, _I, _I, _I, FLOATS, _I, _I, _I, _I, FLOATS, _I, _I, _I, _I,
+                                    _I, _I, _I, _I)
 
 
 def batched_gemm_function():

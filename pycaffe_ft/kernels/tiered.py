@@ -101,9 +101,7 @@ def ready(kernel, args):
     if kernel in _ready:
         return True
     with _lock:
-        types = tuple(kernel.typeof_pyval(a) for a in args)
-        return _tier(kernel, types, lambda: types in kernel.overloads or _in_cache(kernel, types),
-                     lambda: kernel.compile(types))
+        return _tier(kernel, tuple(kernel.typeof_pyval(a) for a in args))
 
 
 def c_function_ready(function, signature):
@@ -112,8 +110,7 @@ def c_function_ready(function, signature):
     if function in _ready:
         return True
     with _lock:
-        return _tier(function, signature, lambda: c_function_made(function) or c_function_cached(function, signature),
-                     lambda: c_function(function, signature))
+        return _tier(function, signature)
 
 
 def ahead(kernel, args):
@@ -123,21 +120,14 @@ def ahead(kernel, args):
     pass will call for sure (a training net's backward, known once the net is built): it then
     compiles on the other core during the passes before (see :func:`await_ahead`). Nothing
     happens where the worker is not used or the kernel is compiled or cached already."""
-    c_made = not hasattr(kernel, 'py_func')
     with _lock:
-        types = args if c_made else tuple(a if isinstance(a, Type) else kernel.typeof_pyval(a) for a in args)
-        if (kernel, types) in _jobs or kernel in _ready or not _worker_wanted():
+        if hasattr(kernel, 'py_func'):
+            args = tuple(a if isinstance(a, Type) else kernel.typeof_pyval(a) for a in args)
+        if (kernel, args) in _jobs or kernel in _ready or not _worker_wanted():
             return
         _after_other_runs()
-        if c_made:
-            if c_function_made(kernel) or c_function_cached(kernel, types):
-                return
-        elif types in kernel.overloads or _in_cache(kernel, types):
-            return
-        worker = _start_worker()
-        job = worker.submit(kernel, types) if worker is not None else None
+        job = None if _compiled(kernel, args) else _hand_over(kernel, args)
         if job is not None:
-            _jobs[kernel, types] = job
             _ahead.setdefault(kernel, []).append(job)
 
 
@@ -152,35 +142,55 @@ def await_ahead(kernel):
         _ahead.pop(kernel, None)
 
 
-def _tier(kernel, types, compiled, load):
-    """``kernel`` (a dispatcher, or a Python function made a C function) for ``types``:
-    ``compiled()`` says whether this process or Numba's cache has it, ``load()`` compiles it
-    (from the cache where it has it)."""
+def _tier(kernel, types):
+    """:func:`ready` for ``kernel`` (a dispatcher, or a Python function made a C function) and
+    ``types`` (argument types, or the C function's signature)."""
     job = _jobs.get((kernel, types))
     if job is None:
         if not _worker_wanted():
-            return _load(kernel, load)
+            return _load(kernel, types)
         _after_other_runs()
-        if compiled():
-            return _load(kernel, load)
-        worker = _start_worker()
-        job = worker.submit(kernel, types) if worker is not None else None
-        if job is None:
-            return _load(kernel, load)
-        _jobs[kernel, types] = job
+        if _compiled(kernel, types) or _hand_over(kernel, types) is None:
+            return _load(kernel, types)
         return False
     if not job.done.is_set() and _worker[0] is not False:
         if time.monotonic() - job.submitted < WAIT_SECONDS:
             return False
         _worker[0] = False  # a worker this slow is stuck: compile here from now on
-    return _load(kernel, load)
+    return _load(kernel, types)
 
 
-def _load(kernel, load):
+def _load(kernel, types):
     """Compile (from Numba's cache where it has the kernel) and mark ready."""
-    load()
+    _compile(kernel, types)
     _ready.add(kernel)
     return True
+
+
+def _compile(kernel, types):
+    """Compile ``kernel`` for ``types`` (a dispatcher for argument types, or a Python function
+    made a C function of that signature), loading it from Numba's cache where it has it."""
+    if hasattr(kernel, 'py_func'):
+        kernel.compile(types)
+    else:
+        c_function(kernel, types)
+
+
+def _compiled(kernel, types):
+    """Whether this process or Numba's cache has ``kernel`` for ``types`` (as :func:`_compile`)."""
+    if hasattr(kernel, 'py_func'):
+        return types in kernel.overloads or _in_cache(kernel, types)
+    return c_function_made(kernel) or c_function_cached(kernel, types)
+
+
+def _hand_over(kernel, types):
+    """The worker's job compiling ``kernel`` for ``types``, recorded; None where the worker
+    cannot take it (it could not start, has ended, or the types do not pickle)."""
+    worker = _start_worker()
+    job = worker.submit(kernel, types) if worker is not None else None
+    if job is not None:
+        _jobs[kernel, types] = job
+    return job
 
 
 def _worker_wanted():
@@ -216,11 +226,12 @@ def _after_other_runs():
         return False
     _other_runs_checked.append(True)
     lock = _compile_lock(blocking=False)
-    if lock is not None:  # no other run's worker compiles now
-        lock.close()
+    if lock is not None:  # no other run's worker compiles now (or locks are not available)
+        if lock:
+            lock.close()
         return False
     lock = _compile_lock(blocking=True, timeout=WAIT_SECONDS)
-    if lock is not None:
+    if lock:
         lock.close()
     return True
 
@@ -269,7 +280,7 @@ class _Worker:
         cannot be handed over (the worker has ended; types that do not pickle)."""
         function = getattr(kernel, 'py_func', kernel)
         try:
-            request = pickle.dumps((function.__module__, function.__qualname__, types, function is not kernel))
+            request = pickle.dumps((function.__module__, function.__qualname__, types))
         except Exception:  # noqa: BLE001  (any pickling failure: compile in place)
             return None
         number = next(self._numbers)
@@ -298,9 +309,9 @@ class _Worker:
 
 
 def _serve(requests, answers):
-    """The worker: compile each requested (module, qualified name, types, whether a dispatcher)
-    into Numba's cache (a dispatcher for argument types, else a C function of that signature)
-    and answer the request's number. A compile that fails here is answered all the same:
+    """The worker: compile each requested (module, qualified name, types) into Numba's cache (a
+    dispatcher for argument types, or a Python function as a C function of that signature: see
+    :func:`_compile`) and answer the request's number. A compile that fails here is answered all the same:
     the caller then compiles in place and meets the error itself. Once the caller has ended
     (no one reads the answers) the remaining requests are still compiled. One worker compiles
     into a cache at a time (:func:`_compile_lock`; see :func:`_after_other_runs`)."""
@@ -308,14 +319,11 @@ def _serve(requests, answers):
     for line in requests:
         number, request = line.split()
         try:
-            module, qualname, types, dispatcher = pickle.loads(base64.b64decode(request))
+            module, qualname, types = pickle.loads(base64.b64decode(request))
             kernel = importlib.import_module(module)
             for name in qualname.split('.'):
                 kernel = getattr(kernel, name)
-            if dispatcher:
-                kernel.compile(types)
-            else:
-                c_function(kernel, types)
+            _compile(kernel, types)
         except Exception:  # noqa: BLE001  (reported by the caller's own compile)
             pass
         _answer(answers, number)
@@ -333,8 +341,8 @@ def _answer(answers, text):
 
 def _compile_lock(blocking=True, timeout=None):
     """The exclusive lock a worker holds while it runs (on a file named after the package and
-    Numba's cache directory): the open file holding it, or None if another process holds it
-    (without ``blocking``, or after ``timeout`` seconds) or locks are not available here."""
+    Numba's cache directory): the open file holding it; None if another process holds it
+    (without ``blocking``, or after ``timeout`` seconds); False where locks are not available."""
     try:
         import fcntl
         import hashlib
@@ -345,7 +353,7 @@ def _compile_lock(blocking=True, timeout=None):
                             % hashlib.sha1(where.encode()).hexdigest()[:16])
         lock = open(path, 'a')
     except (ImportError, OSError):
-        return None
+        return False
     deadline = time.monotonic() + (timeout if blocking and timeout is not None else 0.0)
     while True:
         try:

@@ -66,6 +66,7 @@ def test_backward_with_the_reference_products_gives_the_same_bits(case):
     (:mod:`pycaffe_ft.kernels.tiered`): the same bits."""
     bordered, weights, dy, geometry = _case(*case)[:4]
     fast = _backward(bordered, weights, dy, geometry, True, True)
-    reference = _backward(bordered, weights, dy, geometry, True, True, c_function(_c_batched_gemm_reference, BATCHED_GEMM_SIGNATURE))
+    reference = _backward(bordered, weights, dy, geometry, True, True,
+                          c_function(_c_batched_gemm_reference, BATCHED_GEMM_SIGNATURE))
     for a, b in zip(fast, reference):
         assert a.tobytes() == b.tobytes()

@@ -162,7 +162,7 @@ def test_a_run_waits_for_the_worker_of_a_run_still_compiling_into_its_cache(tmp_
     kernel waits for it to end (then loads what it compiled) instead of compiling beside it."""
     env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / 'cache'), **{tiered.ENV: '1'})
     holder = subprocess.Popen([sys.executable, '-c', 'import sys, time\nfrom pycaffe_ft.kernels import tiered\n'
-                               'lock = tiered._compile_lock()\nprint(lock is not None, flush=True)\ntime.sleep(3)'],
+                               'lock = tiered._compile_lock()\nprint(bool(lock), flush=True)\ntime.sleep(3)'],
                               env=env, stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == 'True'
