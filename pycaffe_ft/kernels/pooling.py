@@ -51,7 +51,8 @@ from numba import njit
 from .simd import WIDE, prefetch, prefetch_to_write, vadd, vdiv, vfull, vload, vload_even_swizzled, vmul, vramp, \
     vsplat, vstore, vsub, vtranspose, vunswizzle, vwhere_gt, wfull, whalves, wload, wload_even, wload_even_rows, \
     wload_rows, wpick, wpick2, wramp, wramp_rows, wsplat
-from .tiered import ready
+from . import numpy_references
+from .tiered import call, ready
 
 _LOWEST = np.float32(-3.4028234663852886e38)  # -FLT_MAX, where Caffe's max pooling starts
 
@@ -772,10 +773,11 @@ def ave_pool_backward(dy, planes, taps, dx):
     """dx (overwritten) = for each input, the sum of dy / window size over the outputs whose
     windows hold it, in ascending output order (Caffe's order: it adds each output's share over
     its window, outputs in row-major order, into a zeroed dx); ``taps`` is :func:`window_taps`
-    of this geometry."""
+    of this geometry. While the kernel compiles in the background (:mod:`.tiered`), by its NumPy
+    reference."""
     covers = taps[3]
     kernel = _AVE_POOL_BACKWARD.get(covers.shape[1], (_ave_pool_backward_any, _ave_pool_backward_any_wide))
-    kernel[int(PLANE_LANES == 16)](dy, planes, taps[2], covers, dx)
+    call(kernel[int(PLANE_LANES == 16)], numpy_references.ave_pool_backward, dy, planes, taps[2], covers, dx)
 
 
 @njit(cache=True, nogil=True)

@@ -20,7 +20,7 @@ from numba import carray, njit, types
 
 from .c_functions import FLOATS, c_function, floats
 from .simd import WIDE, vfma, vload, vsplat, vstore, vzero, wload, wsplat, wstore, wzero
-from .tiered import await_ahead, c_function_ready, ready
+from .tiered import await_ahead, c_function_ready, call
 
 __all__ = ['batched_gemm', 'batched_gemm_narrow', 'batched_gemm_wide', 'batched_gemm_reference', 'run_batched_gemm',
            'batched_gemm_function', 'call_batched_gemm']
@@ -322,7 +322,7 @@ def batched_gemm_reference(a, a_off, a_batch, lda, ak, b, b_off, b_batch, ldb, c
 
 def run_batched_gemm(*args):
     """``batched_gemm(*args)``, or its reference while it compiles in the background."""
-    (batched_gemm if ready(batched_gemm, args) else batched_gemm_reference)(*args)
+    call(batched_gemm, batched_gemm_reference, *args)
 
 
 def _c_batched_gemm(a, a_size, a_off, a_batch, lda, ak, b, b_size, b_off, b_batch, ldb, c, c_size, c_off, c_batch,

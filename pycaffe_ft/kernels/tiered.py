@@ -50,7 +50,7 @@ from numba.core.types import Type
 from ..parallel.launcher import in_mpi_job
 from .c_functions import c_function, c_function_made
 
-__all__ = ['ready', 'c_function_ready', 'ahead', 'await_ahead', 'busy', 'finish', 'ENV']
+__all__ = ['ready', 'call', 'c_function_ready', 'ahead', 'await_ahead', 'busy', 'finish', 'ENV']
 
 ENV = 'PYCAFFE_FT_BACKGROUND_COMPILE'
 """Set to 0 to compile every kernel in place, on its first call."""
@@ -102,6 +102,11 @@ def ready(kernel, args):
         return True
     with _lock:
         return _tier(kernel, tuple(kernel.typeof_pyval(a) for a in args))
+
+
+def call(kernel, reference, *args):
+    """``kernel(*args)`` where :func:`ready`, else ``reference(*args)``."""
+    return (kernel if ready(kernel, args) else reference)(*args)
 
 
 def c_function_ready(function, signature):

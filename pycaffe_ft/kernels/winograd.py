@@ -64,58 +64,97 @@ def _taps6(load, src, s, pair, odd, c):
     return x0, x1, x2, x3, x4, x5
 
 
+# Each transform on the values of one line (scalars here; NumPy arrays in
+# :mod:`.numpy_references`, which runs these functions' Python for the kernels' bits).
+
+@njit(cache=True, nogil=True, inline='always')
+def input_6(x0, x1, x2, x3, x4, x5):
+    """B^T (alpha 6) times six taps."""
+    return (x0 + x4 + _1_5 * (x3 - x1) - np.float32(2.0) * x2,
+            x4 - x1 + np.float32(0.5) * x2 + _2_5 * x3,
+            x1 + x4 - _2_5 * x2 + np.float32(0.5) * x3,
+            x4 - x2 + np.float32(2.0) * (x3 - x1),
+            x4 - x2 + np.float32(0.5) * (x1 - x3),
+            x1 + x5 + _1_5 * (x4 - x2) - np.float32(2.0) * x3)
+
+
+@njit(cache=True, nogil=True, inline='always')
+def input_4(x0, x1, x2, x3):
+    """B^T (alpha 4) times four taps."""
+    return x2 - x0, x1 + x2, x2 - x1, x3 - x1
+
+
+@njit(cache=True, nogil=True, inline='always')
+def diff_6(x0, x1):
+    """G (alpha 6, a window of 2) times two taps."""
+    return (x0, _THIRD * (x0 + x1), _THIRD * (x1 - x0),
+            -_FIFTEENTH * (np.float32(16.0) * x0 + np.float32(8.0) * x1),
+            _FIFTEENTH * (x0 - np.float32(2.0) * x1), x1)
+
+
+@njit(cache=True, nogil=True, inline='always')
+def diff_4(x0, x1):
+    """G (alpha 4, a window of 2) times two taps."""
+    return -x0, np.float32(0.5) * (x0 + x1), np.float32(0.5) * (x0 - x1), x1
+
+
+@njit(cache=True, nogil=True, inline='always')
+def output_6(x0, x1, x2, x3, x4, x5):
+    """A^T (alpha 6) times six products."""
+    return x0 + x1 + x2 + x3 + x4, x1 - x2 + np.float32(0.5) * x3 - np.float32(2.0) * x4 + x5
+
+
+@njit(cache=True, nogil=True, inline='always')
+def output_4(x0, x1, x2, x3):
+    """A^T (alpha 4) times four products."""
+    return x0 + x1 + x2, x1 - x2 + x3
+
+
+TRANSFORMS = {INPUT_6: (input_6, 6), INPUT_4: (input_4, 4), DIFF_6: (diff_6, 2), DIFF_4: (diff_4, 2),
+              OUTPUT_6: (output_6, 6), OUTPUT_4: (output_4, 4)}
+"""Each kind's function on the values of one line, and how many taps it takes."""
+
+
+@njit(cache=True, nogil=True, inline='always')
+def _store(dst, d, ds, c, values):
+    for k in range(len(values)):
+        dst[_at(d + k * ds + c)] = values[k]
+
+
 @njit(cache=True, nogil=True, inline='always')
 def _input_6(src, s, pair, odd, dst, d, ds, c):
     x0, x1, x2, x3, x4, x5 = _taps6(_scalar, src, s, pair, odd, c)
-    dst[_at(d + c)] = x0 + x4 + _1_5 * (x3 - x1) - np.float32(2.0) * x2
-    dst[_at(d + ds + c)] = x4 - x1 + np.float32(0.5) * x2 + _2_5 * x3
-    dst[_at(d + 2 * ds + c)] = x1 + x4 - _2_5 * x2 + np.float32(0.5) * x3
-    dst[_at(d + 3 * ds + c)] = x4 - x2 + np.float32(2.0) * (x3 - x1)
-    dst[_at(d + 4 * ds + c)] = x4 - x2 + np.float32(0.5) * (x1 - x3)
-    dst[_at(d + 5 * ds + c)] = x1 + x5 + _1_5 * (x4 - x2) - np.float32(2.0) * x3
+    _store(dst, d, ds, c, input_6(x0, x1, x2, x3, x4, x5))
 
 
 @njit(cache=True, nogil=True, inline='always')
 def _input_4(src, s, pair, odd, dst, d, ds, c):
     x0, x1, x2, x3 = _taps4(_scalar, src, s, pair, odd, c)
-    dst[_at(d + c)] = x2 - x0
-    dst[_at(d + ds + c)] = x1 + x2
-    dst[_at(d + 2 * ds + c)] = x2 - x1
-    dst[_at(d + 3 * ds + c)] = x3 - x1
+    _store(dst, d, ds, c, input_4(x0, x1, x2, x3))
 
 
 @njit(cache=True, nogil=True, inline='always')
 def _diff_6(src, s, pair, odd, dst, d, ds, c):
     x0, x1 = _taps2(_scalar, src, s, pair, odd, c)
-    dst[_at(d + c)] = x0
-    dst[_at(d + ds + c)] = _THIRD * (x0 + x1)
-    dst[_at(d + 2 * ds + c)] = _THIRD * (x1 - x0)
-    dst[_at(d + 3 * ds + c)] = -_FIFTEENTH * (np.float32(16.0) * x0 + np.float32(8.0) * x1)
-    dst[_at(d + 4 * ds + c)] = _FIFTEENTH * (x0 - np.float32(2.0) * x1)
-    dst[_at(d + 5 * ds + c)] = x1
+    _store(dst, d, ds, c, diff_6(x0, x1))
 
 
 @njit(cache=True, nogil=True, inline='always')
 def _diff_4(src, s, pair, odd, dst, d, ds, c):
     x0, x1 = _taps2(_scalar, src, s, pair, odd, c)
-    dst[_at(d + c)] = -x0
-    dst[_at(d + ds + c)] = np.float32(0.5) * (x0 + x1)
-    dst[_at(d + 2 * ds + c)] = np.float32(0.5) * (x0 - x1)
-    dst[_at(d + 3 * ds + c)] = x1
+    _store(dst, d, ds, c, diff_4(x0, x1))
 
 
 @njit(cache=True, nogil=True, inline='always')
 def _output_6(src, s, pair, odd, dst, d, ds, c):
     x0, x1, x2, x3, x4, x5 = _taps6(_scalar, src, s, pair, odd, c)
-    dst[_at(d + c)] = x0 + x1 + x2 + x3 + x4
-    dst[_at(d + ds + c)] = x1 - x2 + np.float32(0.5) * x3 - np.float32(2.0) * x4 + x5
+    _store(dst, d, ds, c, output_6(x0, x1, x2, x3, x4, x5))
 
 
 @njit(cache=True, nogil=True, inline='always')
 def _output_4(src, s, pair, odd, dst, d, ds, c):
     x0, x1, x2, x3 = _taps4(_scalar, src, s, pair, odd, c)
-    dst[_at(d + c)] = x0 + x1 + x2
-    dst[_at(d + ds + c)] = x1 - x2 + x3
+    _store(dst, d, ds, c, output_4(x0, x1, x2, x3))
 
 
 # The same transforms on eight channels at once, each written as the scalar one above (the

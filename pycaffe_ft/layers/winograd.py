@@ -20,8 +20,9 @@ import numpy as np
 
 from ..aligned import aligned_empty
 from ..intra_op import gemm, image_chunks, run_chunks, scratch, sum_in_chunk_order
-from ..kernels import winograd as kernels
+from ..kernels import numpy_references as references, winograd as kernels
 from ..kernels.small_gemm import batched_gemm_function
+from ..kernels.tiered import call
 from ..proto import caffe_pb2
 
 __all__ = ['Winograd', 'toom_cook']
@@ -57,6 +58,19 @@ MIN_OUTPUTS = 256
 """Below this many output positions per pass (images x height x width), transforming the
 weights (every pass: they may have changed) costs more than Winograd saves: ResNet-50's
 7x7 512-channel 3x3 convolutions at batch 1 took 51 ms instead of 4 ms by im2col."""
+
+
+def _tiered(name):
+    """``kernels.<name>``, run as its NumPy reference while it compiles in the background
+    (:func:`~pycaffe_ft.kernels.tiered.call`)."""
+    kernel, reference = getattr(kernels, name), getattr(references, name)
+    return lambda *args: call(kernel, reference, *args)
+
+
+(_weight_tiles, _to_channels_last, _tile_transform, _convolve_images, _tile_inverse, _from_channels_last,
+ _weight_products, _weight_gradient_from_tiles) = map(_tiered, (
+    'weight_tiles', 'to_channels_last', 'tile_transform', 'convolve_images', 'tile_inverse', 'from_channels_last',
+    'weight_products', 'weight_gradient_from_tiles'))
 
 
 def toom_cook(m, r):
@@ -179,7 +193,7 @@ class Winograd:
         k, c = w.shape[:2]
         shape = (self.alpha * self.alpha, g) + ((k // g, c) if flip else (c, k // g))
         u = aligned_empty(int(np.prod(shape))).reshape(shape)
-        kernels.weight_tiles(np.ascontiguousarray(w), self.g, g, flip, u)
+        _weight_tiles(np.ascontiguousarray(w), self.g, g, flip, u)
         return u
 
     # -- the pieces -------------------------------------------------------------------------------
@@ -189,11 +203,10 @@ class Winograd:
         th, tw = tiles
         ph_, pw_ = self._windows_hw(tiles)
         image = scratch(name + '_image', n * ph_ * pw_ * channels)
-        kernels.to_channels_last(x.reshape(-1), n, channels, in_hw[0], in_hw[1], pad[0], pad[1],
-                                 ph_, pw_, image)
+        _to_channels_last(x.reshape(-1), n, channels, in_hw[0], in_hw[1], pad[0], pad[1], ph_, pw_, image)
         out = scratch(name, a * a * n * th * tw * channels)
         rows = scratch("wg_rows", ph_ * a * tw * channels)
-        kernels.tile_transform(image, n, ph_, pw_, channels, self.in_kind, a, th, tw, rows, out)
+        _tile_transform(image, n, ph_, pw_, channels, self.in_kind, a, th, tw, rows, out)
         return out.reshape(a * a, n * th * tw, channels)
 
     def _diff_tiles(self, dy, channels, out_hw, tiles):
@@ -201,11 +214,10 @@ class Winograd:
         n, a = dy.shape[0], self.alpha
         th, tw = tiles
         image = scratch('wg_diff_image', n * 4 * th * tw * channels)
-        kernels.to_channels_last(dy.reshape(-1), n, channels, out_hw[0], out_hw[1], 0, 0,
-                                 2 * th, 2 * tw, image)
+        _to_channels_last(dy.reshape(-1), n, channels, out_hw[0], out_hw[1], 0, 0, 2 * th, 2 * tw, image)
         out = scratch('wg_diff', a * a * n * th * tw * channels)
         rows = scratch('wg_rows', 2 * th * tw * a * channels)
-        kernels.tile_transform(image, n, 2 * th, 2 * tw, channels, self.diff_kind, a, th, tw, rows, out)
+        _tile_transform(image, n, 2 * th, 2 * tw, channels, self.diff_kind, a, th, tw, rows, out)
         return out.reshape(a * a, n * th * tw, channels)
 
     def _convolve(self, x, u, in_channels, out_channels, in_hw, pad, out_hw, out, bias=None, relu=False):
@@ -221,7 +233,7 @@ class Winograd:
             ph_, pw_ = self._windows_hw(tiles)
             count = step * th * tw
             result = scratch('wg_out', step * 4 * th * tw * out_channels)
-            kernels.convolve_images(
+            _convolve_images(
                 x.reshape(-1), n, step, in_channels, in_hw[0], in_hw[1], pad[0], pad[1], ph_, pw_, self.in_kind,
                 a, th, tw, u.reshape(-1), g, out_channels, self.out_kind, out_hw[0], out_hw[1],
                 bias if use_bias else result[:1], use_bias, relu, out.reshape(-1),
@@ -236,11 +248,10 @@ class Winograd:
             for gi in range(g):
                 gemm(v[xi, :, gi * ci:(gi + 1) * ci], u[xi, gi], prod[xi, :, gi * co:(gi + 1) * co])
         result = scratch('wg_out', n * 4 * tiles[0] * tiles[1] * out_channels)
-        kernels.tile_inverse(prod.reshape(-1), n, out_channels, self.out_kind, a, tiles[0], tiles[1],
-                             scratch("wg_half", 2 * a * tiles[1] * out_channels), result)
-        kernels.from_channels_last(result, n, out_channels, 2 * tiles[0], 2 * tiles[1], out_hw[0],
-                                   out_hw[1], bias if use_bias else result[:1], use_bias, relu,
-                                   out.reshape(-1))
+        _tile_inverse(prod.reshape(-1), n, out_channels, self.out_kind, a, tiles[0], tiles[1],
+                      scratch("wg_half", 2 * a * tiles[1] * out_channels), result)
+        _from_channels_last(result, n, out_channels, 2 * tiles[0], 2 * tiles[1], out_hw[0], out_hw[1],
+                            bias if use_bias else result[:1], use_bias, relu, out.reshape(-1))
 
     # -- what the layer calls ---------------------------------------------------------------------
     def forward(self, x, w, bias, y, in_hw, out_hw, relu=False):
@@ -291,7 +302,7 @@ class Winograd:
         def chunk(lo, hi):
             part = self._partials[index[lo] * size:(index[lo] + 1) * size].reshape((a * a, g, co, ci))
             if ci % 8 == 0 and ci * co <= SMALL_WEIGHT_PRODUCTS:  # a few images a step, in cache
-                kernels.weight_products(
+                _weight_products(
                     x[lo:hi].reshape(-1), dy[lo:hi].reshape(-1), hi - lo, step, channels, in_hw[0], in_hw[1],
                     self.pad[0], self.pad[1], ph_, pw_, self.in_kind, self.diff_kind, a, th, tw, k, out_hw[0],
                     out_hw[1], g, part.reshape(-1),
@@ -309,5 +320,5 @@ class Winograd:
             return part
         total = sum_in_chunk_order(run_chunks(chunk, chunks))
         grad = np.empty((k, ci, self.r, self.r), np.float32)
-        kernels.weight_gradient_from_tiles(total.reshape(a, a, k, ci), self.weight_a_t, grad)
+        _weight_gradient_from_tiles(total.reshape(a, a, k, ci), self.weight_a_t, grad)
         return grad

@@ -1,6 +1,7 @@
 """Tiered compilation (pycaffe_ft.kernels.tiered), in fresh processes with an empty kernel cache
 and two threads: the first pass runs the references (and its chunks on one thread) while the
-worker compiles the vector kernels (and the thread crew's), a pass after the worker is done
+worker compiles the vector kernels (and the thread crew's; the Winograd convolution's run as
+NumPy meanwhile), a pass after the worker is done
 loads those from the cache the worker wrote; every pass gives the bits the vector kernels give when compiled in
 place; a worker that dies or cannot start leaves the compiles to the process."""
 import json
@@ -23,6 +24,11 @@ layer { name: "pool2" type: "Pooling" bottom: "conv2" top: "pool2" pooling_param
 layer { name: "pool3" type: "Pooling" bottom: "pool2" top: "pool3" pooling_param { pool: AVE kernel_size: 3 pad: 1 } }
 '''
 
+WINOGRAD_NET = NET.replace('bottom: "pool2" top: "pool3"', 'bottom: "conv3" top: "pool3"').replace(
+    'layer { name: "pool3"', '''layer { name: "conv3" type: "Convolution" bottom: "pool2" top: "conv3"
+  convolution_param { num_output: 16 kernel_size: 3 pad: 1 weight_filler { type: "xavier" } } }
+layer { name: "pool3"''')
+
 PASSES = '''
 import gc, json, sys
 import numpy as np
@@ -35,7 +41,7 @@ def compiled():
     and the thread crew's."""
     return {d.py_func.__qualname__: (sum(d.stats.cache_misses.values()), sum(d.stats.cache_hits.values()))
             for d in gc.get_objects() if isinstance(d, Dispatcher) and d.py_func.__module__.endswith(
-                ('kernels.pooling', 'kernels.direct_conv', 'kernels.spin')) and d.overloads}
+                ('kernels.pooling', 'kernels.direct_conv', 'kernels.spin', 'kernels.winograd')) and d.overloads}
 
 caffe.set_random_seed(1)
 net = caffe.Net(sys.argv[1], caffe.TRAIN)
@@ -55,9 +61,9 @@ print(json.dumps(out))
 '''
 
 
-def _passes(tmp_path, mode, background):
+def _passes(tmp_path, mode, background, net=NET):
     net_path = tmp_path / 'net.prototxt'
-    net_path.write_text(NET)
+    net_path.write_text(net)
     cache = tmp_path / ('cache-' + mode + background)
     env = dict(os.environ, NUMBA_CACHE_DIR=str(cache), PYCAFFE_FT_NUM_THREADS='2', **{tiered.ENV: background})
     out = subprocess.run([sys.executable, '-c', PASSES, str(net_path), mode], env=env, capture_output=True,
@@ -73,16 +79,24 @@ def in_place(tmp_path_factory):
 
 
 REFERENCES = {'forward_reference', 'max_pool_caffe', 'ave_pool_caffe'}
+WINOGRAD_PIECES = {'to_channels_last', 'tile_transform', 'tile_inverse', 'from_channels_last', '_line',
+                   '_zero_border'}
 
 
-def test_the_first_pass_runs_the_references_and_the_next_the_vector_kernels_the_worker_compiled(tmp_path, in_place):
+def test_the_first_pass_runs_the_references_and_the_next_the_vector_kernels_the_worker_compiled(tmp_path):
+    """(A net with a Winograd convolution, whose kernels' references are NumPy.)"""
+    (tmp_path / 'in_place').mkdir()
+    in_place = _passes(tmp_path / 'in_place', 'worker', '0', WINOGRAD_NET)
     fast = set(in_place['first']['kernels']) - {'max_pool_backward'}
-    assert not fast & REFERENCES and {'await_other', 'publish'} < fast and len(fast) > 6
-    out = _passes(tmp_path, 'worker', '1')
+    assert not fast & REFERENCES and {'await_other', 'publish', 'convolve_images'} < fast and len(fast) > 6
+    out = _passes(tmp_path, 'worker', '1', WINOGRAD_NET)
     first, second = out['first']['kernels'], out['second']['kernels']
     assert REFERENCES <= set(first)
     for kernel in fast:  # loaded from the worker's cache (in the first pass too once it is done), not compiled here
-        assert first.get(kernel, (0, 0))[0] == 0 and second[kernel][0] == 0 and second[kernel][1] > 0, kernel
+        assert first.get(kernel, (0, 0))[0] == 0 and second.get(kernel, (0, 0))[0] == 0, kernel
+        # (the Winograd pipeline's pieces come inside convolve_images, which is loaded)
+        assert kernel in WINOGRAD_PIECES or second[kernel][1] > 0, kernel
+    assert second['convolve_images'][1] > 0
     for name in ('first', 'second'):
         assert out[name]['blobs'] == in_place[name]['blobs']
 

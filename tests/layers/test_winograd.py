@@ -8,7 +8,7 @@ import pytest
 
 import pycaffe_ft as caffe
 from pycaffe_ft import intra_op
-from pycaffe_ft.kernels import winograd as kernels
+from pycaffe_ft.kernels import tiered, winograd as kernels
 from pycaffe_ft.layers.winograd import Winograd, toom_cook
 from tests.gradient_checker import LayerTestCase
 
@@ -120,6 +120,15 @@ def test_the_bits_do_not_depend_on_the_thread_count(restore_threads):
     for one, two in zip(*results):
         assert np.array_equal(one, two)
 
+
+@pytest.mark.parametrize('geometry', GEOMETRIES + [(2, 128, 6, 6, 96, 3, (1, 1), 1)])  # the last: BLAS products
+def test_the_numpy_references_give_the_kernels_bits(monkeypatch, geometry):
+    """What a pass runs while its kernels compile in the background (every kernel's NumPy
+    reference, and batched_gemm's reference)."""
+    kernels_run = _run(geometry)
+    monkeypatch.setattr(tiered, 'ready', lambda kernel, args: False)
+    for ours, reference in zip(kernels_run, _run(geometry)):
+        assert ours.tobytes() == reference.tobytes()
 
 
 @pytest.mark.parametrize('geometry', [GEOMETRIES[1], GEOMETRIES[3]])

@@ -1,0 +1,203 @@
+"""NumPy references of kernels: each takes its kernel's arguments and gives its kernel's bits,
+with nothing to compile. A first pass runs them while a worker compiles the kernels
+(:mod:`.tiered`): CIFAR10-quick's Winograd kernels took 7-12 s to compile in place before its
+first training step, AlexNet's 6-7 s.
+
+Each value is computed by the same float32 (or float64) operations in the same order as in its
+kernel, one NumPy operation over many values at a time (NumPy rounds every operation, as the
+kernels do: no fused multiply-adds). The Winograd transforms run the kernels' own functions
+(:data:`.winograd.TRANSFORMS`) on arrays; the per-position products run
+:func:`.small_gemm.run_batched_gemm`. They are slower than the kernels (a CIFAR10-quick
+training step about 0.3 s instead of 0.04 s) and allocate their own scratch.
+"""
+import numpy as np
+
+from . import winograd
+from .small_gemm import run_batched_gemm
+
+__all__ = ['to_channels_last', 'from_channels_last', 'tile_transform', 'tile_inverse', 'convolve_images',
+           'weight_products', 'weight_tiles', 'weight_gradient_from_tiles', 'ave_pool_backward']
+
+_F32 = np.float32
+
+
+def _transform(kind):
+    """(the kind's function on arrays, its tap count)."""
+    function, taps = winograd.TRANSFORMS[kind]
+    return function.py_func, taps
+
+
+def _split_view(flat, num, height, width, channels):
+    """flat as (N, height, 2, width / 2, C): column x at [.., x % 2, x // 2, :]."""
+    return flat[:num * height * width * channels].reshape(num, height, 2, width // 2, channels)
+
+
+def _joined(flat, num, height, width, channels):
+    """An (N, height, width, C) copy of a channels-last image stored with split columns."""
+    split = _split_view(flat, num, height, width, channels)
+    image = np.empty((num, height, width, channels), _F32)
+    image[:, :, 0::2] = split[:, :, 0]
+    image[:, :, 1::2] = split[:, :, 1]
+    return image
+
+
+def to_channels_last(src, num, channels, height, width, top, left, padded_h, padded_w, dst):
+    """:func:`.winograd.to_channels_last`."""
+    image = np.zeros((num, padded_h, padded_w, channels), _F32)
+    y0, y1 = max(0, -top), min(height, padded_h - top)
+    x0, x1 = max(0, -left), min(width, padded_w - left)
+    if y1 > y0 and x1 > x0:
+        planes = src[:num * channels * height * width].reshape(num, channels, height, width)
+        image[:, y0 + top:y1 + top, x0 + left:x1 + left] = planes[:, :, y0:y1, x0:x1].transpose(0, 2, 3, 1)
+    split = _split_view(dst, num, padded_h, padded_w, channels)
+    split[:, :, 0] = image[:, :, 0::2]
+    split[:, :, 1] = image[:, :, 1::2]
+
+
+def from_channels_last(src, num, channels, src_h, src_w, height, width, bias, use_bias, relu, dst):
+    """:func:`.winograd.from_channels_last`."""
+    image = _joined(src, num, src_h, src_w, channels)[:, :height, :width]
+    values = image + (bias[:channels] if use_bias else np.zeros(channels, _F32))  # + 0 as the kernel: -0 -> 0
+    if relu:
+        values = np.where((values > 0) | (values != values), values, _F32(0.0))
+    dst[:num * channels * height * width].reshape(num, channels, height, width)[...] = values.transpose(0, 3, 1, 2)
+
+
+def tile_transform(src, num, padded_h, padded_w, channels, kind, alpha, tiles_h, tiles_w, rows, out):
+    """:func:`.winograd.tile_transform`: every row's tiles along the columns, then along the
+    rows."""
+    function, taps = _transform(kind)
+    image = _joined(src, num, padded_h, padded_w, channels)
+    across = function(*(image[:, :, b:b + 2 * tiles_w - 1:2] for b in range(taps)))  # [q]: (N, h, tiles_w, C)
+    tiles = num * tiles_h * tiles_w
+    result = out[:alpha * alpha * tiles * channels].reshape(alpha, alpha, tiles, channels)
+    for q in range(alpha):
+        down = function(*(across[q][:, b:b + 2 * tiles_h - 1:2] for b in range(taps)))
+        for p in range(alpha):
+            result[p, q] = down[p].reshape(tiles, channels)
+
+
+def tile_inverse(prod, num, channels, kind, alpha, tiles_h, tiles_w, half, dst):
+    """:func:`.winograd.tile_inverse`: along the positions' rows, then their columns."""
+    function, _ = _transform(kind)
+    products = prod[:alpha * alpha * num * tiles_h * tiles_w * channels].reshape(
+        alpha, alpha, num, tiles_h, tiles_w, channels)
+    outputs = dst[:num * 4 * tiles_h * tiles_w * channels].reshape(num, tiles_h, 2, 2, tiles_w, channels)
+    for u, rows in enumerate(function(*(products[p] for p in range(alpha)))):  # rows: (alpha, N, ...)
+        for v, values in enumerate(function(*(rows[q] for q in range(alpha)))):
+            outputs[:, :, u, v] = values
+
+
+def _input_windows(x, lo, n, channels, height, width, top, left, padded_h, padded_w, kind, alpha, tiles_h,
+                   tiles_w):
+    """The transformed input windows of images lo .. lo + n - 1 (flat), as the kernels' own."""
+    image = np.empty(n * padded_h * padded_w * channels, _F32)
+    to_channels_last(x[lo * channels * height * width:], n, channels, height, width, top, left, padded_h,
+                     padded_w, image)
+    v = np.empty(alpha * alpha * n * tiles_h * tiles_w * channels, _F32)
+    tile_transform(image, n, padded_h, padded_w, channels, kind, alpha, tiles_h, tiles_w, None, v)
+    return v
+
+
+def convolve_images(x, num, step, channels, height, width, top, left, padded_h, padded_w, in_kind, alpha,
+                    tiles_h, tiles_w, u, groups, out_channels, out_kind, out_h, out_w, bias, use_bias, relu,
+                    y, image, rows, v, prod, half, result, gemm):
+    """:func:`.winograd.convolve_images`, every image at once (its bits do not depend on
+    ``step``); the scratch arguments and ``gemm`` go unused."""
+    ci, co = channels // groups, out_channels // groups
+    count = num * tiles_h * tiles_w
+    v = _input_windows(x, 0, num, channels, height, width, top, left, padded_h, padded_w, in_kind, alpha,
+                       tiles_h, tiles_w)
+    prod = np.empty(alpha * alpha * count * out_channels, _F32)
+    for gi in range(groups):
+        run_batched_gemm(v, gi * ci, count * channels, channels, 1, u, gi * ci * co, groups * ci * co, co,
+                         prod, gi * co, count * out_channels, out_channels, alpha * alpha, count, ci, co)
+    result = np.empty(num * 4 * tiles_h * tiles_w * out_channels, _F32)
+    tile_inverse(prod, num, out_channels, out_kind, alpha, tiles_h, tiles_w, None, result)
+    from_channels_last(result, num, out_channels, 2 * tiles_h, 2 * tiles_w, out_h, out_w, bias, use_bias, relu,
+                       y[:num * out_channels * out_h * out_w])
+
+
+def weight_products(x, dy, num, step, channels, height, width, top, left, padded_h, padded_w, in_kind,
+                    diff_kind, alpha, tiles_h, tiles_w, out_channels, out_h, out_w, groups, part, image, rows,
+                    vx, diff_image, diff_rows, vg, more, gemm):
+    """:func:`.winograd.weight_products`, ``step`` images at a time as the kernel (each step's
+    products are a sum of their own); the scratch arguments and ``gemm`` go unused."""
+    ci, co = channels // groups, out_channels // groups
+    for lo in range(0, num, step):
+        n = min(step, num - lo)
+        count = n * tiles_h * tiles_w
+        vx = _input_windows(x, lo, n, channels, height, width, top, left, padded_h, padded_w, in_kind, alpha,
+                            tiles_h, tiles_w)
+        diff_image = np.empty(n * 4 * tiles_h * tiles_w * out_channels, _F32)
+        to_channels_last(dy[lo * out_channels * out_h * out_w:], n, out_channels, out_h, out_w, 0, 0, 2 * tiles_h,
+                         2 * tiles_w, diff_image)
+        vg = np.empty(alpha * alpha * count * out_channels, _F32)
+        tile_transform(diff_image, n, 2 * tiles_h, 2 * tiles_w, out_channels, diff_kind, alpha, tiles_h, tiles_w,
+                       None, vg)
+        into = part if lo == 0 else np.empty(part.size, _F32)
+        for gi in range(groups):
+            run_batched_gemm(vg, gi * co, count * out_channels, 1, out_channels, vx, gi * ci, count * channels,
+                             channels, into, gi * co * ci, groups * co * ci, ci, alpha * alpha, co, count, ci)
+        if lo > 0:
+            part += into
+
+
+def _add_scaled_rows(acc, coefficients, rows):
+    """acc += coefficients[t] * rows[t] for t in order (float64), as the kernels' helper."""
+    for g, row in zip(coefficients, rows):
+        acc += g * row
+
+
+def weight_tiles(w, g_matrix, groups, flip, out):
+    """:func:`.winograd.weight_tiles`."""
+    k, c_in, r = w.shape[0], w.shape[1], w.shape[2]
+    alpha, per_group = g_matrix.shape[0], k // groups
+    taps = w.reshape(k * c_in, r, r).astype(np.float64)  # [pair, row, column]
+    if flip:
+        taps = taps[:, ::-1, ::-1]
+    taps = taps.transpose(1, 2, 0)  # [row, column, pair]
+    pair = np.arange(k * c_in)
+    o_all, c = pair // c_in, pair % c_in
+    gi = o_all // per_group
+    dest = pair if flip else (gi * c_in + c) * per_group + o_all - gi * per_group
+    half = np.zeros((alpha, r, k * c_in))  # G w
+    for p in range(alpha):
+        for b in range(r):
+            _add_scaled_rows(half[p, b], g_matrix[p], taps[:, b])
+    flat = out.reshape(alpha * alpha, -1)
+    for p in range(alpha):
+        for q in range(alpha):
+            total = np.zeros(k * c_in)
+            _add_scaled_rows(total, g_matrix[q], half[p])
+            flat[p * alpha + q, dest] = total
+
+
+def weight_gradient_from_tiles(m, a_t, out):
+    """:func:`.winograd.weight_gradient_from_tiles`."""
+    alpha, r = m.shape[0], a_t.shape[0]
+    pairs = m.shape[2] * m.shape[3]
+    rows = m.reshape(alpha, alpha, pairs)
+    half = np.zeros((r, alpha, pairs))  # A^T m
+    for u in range(r):
+        for q in range(alpha):
+            _add_scaled_rows(half[u, q], a_t[u], (rows[p, q].astype(np.float64) for p in range(alpha)))
+    flat = out.reshape(pairs, r, r)
+    for u in range(r):
+        for v in range(r):
+            total = np.zeros(pairs)
+            _add_scaled_rows(total, a_t[v], half[u])
+            flat[:, u, v] = total
+
+
+def ave_pool_backward(dy, planes, sizes, covers, dx):
+    """:func:`.pooling.ave_pool_backward`'s kernels (``sizes`` and ``covers`` from its taps):
+    each output's share dy / size, then each input the sum of its covering outputs' shares in
+    order, from zero."""
+    in_plane, out_plane = covers.shape[0], sizes.size
+    shares = np.zeros((planes, out_plane + 1), _F32)  # the last column: the zero term of padded covers
+    shares[:, :out_plane] = dy[:planes * out_plane].reshape(planes, out_plane) / sizes
+    total = np.zeros((planes, in_plane), _F32)
+    for j in range(covers.shape[1]):
+        total += shares[:, covers[:, j]]
+    dx[:planes * in_plane] = total.reshape(-1)

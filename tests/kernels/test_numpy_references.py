@@ -1,0 +1,129 @@
+"""The NumPy references against their kernels, bit for bit (NaN for NaN): values with signed zeros, NaN,
+infinities and wide exponents, every transform kind, and the pooling geometries whose inputs
+are covered by one, four or more outputs. (tests/layers/test_winograd.py runs whole passes
+through the references.)"""
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.filterwarnings('ignore:invalid value:RuntimeWarning')  # inf - inf: as the kernels
+
+from pycaffe_ft.kernels import numpy_references as references, pooling, winograd as kernels
+
+KINDS = [(kernels.INPUT_6, 6), (kernels.INPUT_4, 4), (kernels.DIFF_6, 6), (kernels.DIFF_4, 4)]
+
+
+def _values(rng, size, specials=True):
+    x = (rng.standard_normal(size) * 10.0 ** rng.integers(-3, 4, size)).astype(np.float32)
+    x[::7] = 0.0
+    x[3::11] = -0.0
+    if specials:
+        x[5::17] = np.nan
+        x[6::19] = np.inf
+        x[9::23] = -np.inf
+    return x
+
+
+class _Bits:
+    """An output's bits, compared as equal where both hold a NaN (whose sign and payload
+    depend on which operand the CPU met first, which neither NumPy nor LLVM keeps), and bit
+    for bit everywhere else (zeros' signs included)."""
+
+    def __init__(self, values):
+        self.nan = np.isnan(values)
+        self.bits = np.where(self.nan, np.float32(0.0), values).view(np.uint32)
+
+    def __eq__(self, other):
+        return np.array_equal(self.nan, other.nan) and np.array_equal(self.bits, other.bits)
+
+
+def _both(kernel, reference, outputs, args):
+    """Run kernel and reference with the same arguments, into outputs prefilled with a
+    sentinel (so that an element one of them leaves unwritten shows); return both outputs'
+    :class:`_Bits`."""
+    results = []
+    for function in (kernel, reference):
+        out = [np.full(size, np.float32(-1.25e-38)) for size in outputs]
+        function(*args(*out))
+        results.append(_Bits(np.concatenate(out)))
+    return results
+
+
+@pytest.mark.parametrize('channels,height,width,top,left', [(8, 5, 16, 2, 1), (19, 7, 21, 0, 0), (3, 4, 9, -1, 2),
+                                                             (16, 6, 7, 1, -2)])
+def test_channels_last_copies(channels, height, width, top, left):
+    rng = np.random.default_rng(channels * width)
+    n, padded_h, padded_w = 2, height + 3, width + 3 + (width + 3) % 2
+    x = _values(rng, n * channels * height * width)
+    size = n * padded_h * padded_w * channels
+    ours, theirs = _both(kernels.to_channels_last, references.to_channels_last, [size],
+                         lambda out: (x, n, channels, height, width, top, left, padded_h, padded_w, out))
+    assert ours == theirs
+    image = _values(rng, size)
+    bias = _values(rng, channels)
+    for use_bias in (True, False):
+        for relu in (True, False):
+            ours, theirs = _both(kernels.from_channels_last, references.from_channels_last,
+                                 [n * channels * height * width],
+                                 lambda out: (image, n, channels, padded_h, padded_w, height, width, bias,
+                                              use_bias, relu, out))
+            assert ours == theirs, (use_bias, relu)
+
+
+@pytest.mark.parametrize('kind,alpha', KINDS)
+@pytest.mark.parametrize('channels', [8, 19])
+def test_tile_transforms(kind, alpha, channels):
+    rng = np.random.default_rng(kind * 31 + channels)
+    n, tiles_h, tiles_w = 2, 3, 4
+    diff = kind in (kernels.DIFF_6, kernels.DIFF_4)
+    padded_h, padded_w = (2 * tiles_h, 2 * tiles_w) if diff else (2 * tiles_h + alpha - 2, 2 * tiles_w + alpha - 2)
+    src = _values(rng, n * padded_h * padded_w * channels)
+    rows = np.empty(padded_h * alpha * tiles_w * channels, np.float32)
+    ours, theirs = _both(kernels.tile_transform, references.tile_transform,
+                         [alpha * alpha * n * tiles_h * tiles_w * channels],
+                         lambda out: (src, n, padded_h, padded_w, channels, kind, alpha, tiles_h, tiles_w, rows, out))
+    assert ours == theirs
+
+
+@pytest.mark.parametrize('kind,alpha', [(kernels.OUTPUT_6, 6), (kernels.OUTPUT_4, 4)])
+@pytest.mark.parametrize('channels', [8, 19])
+def test_tile_inverses(kind, alpha, channels):
+    rng = np.random.default_rng(kind * 31 + channels)
+    n, tiles_h, tiles_w = 2, 3, 5
+    prod = _values(rng, alpha * alpha * n * tiles_h * tiles_w * channels)
+    half = np.empty(2 * alpha * tiles_w * channels, np.float32)
+    ours, theirs = _both(kernels.tile_inverse, references.tile_inverse, [n * 4 * tiles_h * tiles_w * channels],
+                         lambda out: (prod, n, channels, kind, alpha, tiles_h, tiles_w, half, out))
+    assert ours == theirs
+
+
+@pytest.mark.parametrize('flip', [False, True])
+@pytest.mark.parametrize('r,groups', [(3, 1), (5, 2)])
+def test_weight_transforms(r, groups, flip):
+    from pycaffe_ft.layers.winograd import Winograd
+    rng = np.random.default_rng(r + groups + flip)
+    plan = Winograd(r, (1, 1), groups)
+    k, c = 24, 16
+    w = _values(rng, k * (c // groups) * r * r, specials=False).reshape(k, c // groups, r, r)
+    shape = (plan.alpha ** 2, groups) + ((k // groups, c // groups) if flip else (c // groups, k // groups))
+    ours, theirs = _both(kernels.weight_tiles, references.weight_tiles, [int(np.prod(shape))],
+                         lambda out: (w, plan.g, groups, flip, out.reshape(shape)))
+    assert ours == theirs
+    m = _values(rng, plan.alpha ** 2 * k * c, specials=False).reshape(plan.alpha, plan.alpha, k, c)
+    ours, theirs = _both(kernels.weight_gradient_from_tiles, references.weight_gradient_from_tiles,
+                         [k * c * r * r], lambda out: (m, plan.weight_a_t, out.reshape(k, c, r, r)))
+    assert ours == theirs
+
+
+@pytest.mark.parametrize('geometry', [  # (H, W, kernel, pad, stride): inputs under 4, 1, 9 outputs
+    (16, 16, 3, 1, 2), (8, 8, 2, 0, 2), (7, 9, 3, 1, 1), (13, 13, 3, 0, 2)])
+def test_average_pooling_backward(geometry):
+    height, width, k, pad, stride = geometry
+    out_h = -(-(height + 2 * pad - k) // stride) + 1
+    out_w = -(-(width + 2 * pad - k) // stride) + 1
+    taps = pooling.window_taps(height, width, k, k, pad, pad, stride, stride, out_h, out_w)
+    planes = 21  # one group of sixteen planes and five left over
+    dy = _values(np.random.default_rng(height * k), planes * out_h * out_w)
+    ours, theirs = _both(lambda *args: pooling.ave_pool_backward(*args[:2], taps, args[-1]),
+                         references.ave_pool_backward, [planes * height * width],
+                         lambda out: (dy, planes, taps[2], taps[3], out))
+    assert ours == theirs
