@@ -229,8 +229,8 @@ class Net:
         self._relu_masked_by = [self._masks_relu_below(i) for i in range(len(self.layers))]
         self.output_ids = [name_to_id[n] for n in sorted(available)]
         self._build_flat_params()
-        if self.phase == caffe_pb2.TRAIN:
-            for layer, need_backward in zip(self.layers, self.layer_need_backward):
+        if self.phase == caffe_pb2.TRAIN:  # the last layer first: the backward's order
+            for layer, need_backward in reversed(list(zip(self.layers, self.layer_need_backward))):
                 for kernel, args in layer.backward_compiles() if need_backward else ():
                     tiered.ahead(kernel, args)
         self.blob_loss_weights = collections.OrderedDict((n, 0.0) for n in self._blob_names)

@@ -15,12 +15,19 @@ from numba import carray, njit, types
 
 from .c_functions import FLOATS, c_function, floats
 from .simd import vadd, vload, vstore
-from .tiered import await_ahead
+from . import numpy_references
+from .tiered import await_ahead, call
+
+
+def pad_planes(src, planes, height, width, ph, pw, dst):
+    """dst (planes, height + 2 ph, width + 2 pw) = the planes of src with a zero border; while
+    the kernel compiles in the background (:mod:`.tiered`), by NumPy."""
+    call(_pad_planes, numpy_references.pad_planes, src, planes, height, width, ph, pw, dst)
 
 
 @njit(cache=True, nogil=True)
-def pad_planes(src, planes, height, width, ph, pw, dst):
-    """dst (planes, height + 2 ph, width + 2 pw) = the planes of src with a zero border."""
+def _pad_planes(src, planes, height, width, ph, pw, dst):
+    """:func:`pad_planes`."""
     hp, wp = height + 2 * ph, width + 2 * pw
     for plane in range(planes):
         base = plane * hp * wp

@@ -1,7 +1,8 @@
 """NumPy references of kernels: each takes its kernel's arguments and gives its kernel's bits,
 with nothing to compile. A first pass runs them while a worker compiles the kernels
 (:mod:`.tiered`): CIFAR10-quick's Winograd kernels took 7-12 s to compile in place before its
-first training step, AlexNet's 6-7 s.
+first training step, AlexNet's 6-7 s. The pooling's and padding's here (with Numba's references,
+0.2-0.5 s of compile each) leave a first pass little to compile but what has no reference.
 
 Each value is computed by the same float32 (or float64) operations in the same order as in its
 kernel, one NumPy operation over many values at a time (NumPy rounds every operation, as the
@@ -16,7 +17,8 @@ from . import winograd
 from .small_gemm import run_batched_gemm
 
 __all__ = ['to_channels_last', 'from_channels_last', 'tile_transform', 'tile_inverse', 'convolve_images',
-           'weight_products', 'weight_tiles', 'weight_gradient_from_tiles', 'ave_pool_backward']
+           'weight_products', 'weight_tiles', 'weight_gradient_from_tiles', 'max_pool_caffe', 'ave_pool_caffe',
+           'max_pool_backward', 'ave_pool_backward', 'pad_planes']
 
 _F32 = np.float32
 
@@ -188,6 +190,68 @@ def weight_gradient_from_tiles(m, a_t, out):
             total = np.zeros(pairs)
             _add_scaled_rows(total, a_t[v], half[u])
             flat[:, u, v] = total
+
+
+def _window_taps(height, width, kh, kw, ph, pw, sh, sw, out_h, out_w):
+    """Each tap of the windows in row-major window order: (rows (out_h, 1), columns (1, out_w),
+    inside the image), as Caffe's loops visit them (windows clipped to the image)."""
+    oy, ox = np.arange(out_h).reshape(-1, 1) * sh - ph, np.arange(out_w).reshape(1, -1) * sw - pw
+    for dh in range(kh):
+        for dw in range(kw):
+            rows, cols = oy + dh, ox + dw
+            yield rows, cols, (rows >= 0) & (rows < height) & (cols >= 0) & (cols < width)
+
+
+def _gather(planes_x, rows, cols, height, width):
+    """planes_x[:, rows, cols] (rows and columns outside the image read the border)."""
+    return planes_x[:, np.clip(rows, 0, height - 1), np.clip(cols, 0, width - 1)]
+
+
+def max_pool_caffe(x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, y, mask):
+    """Max pooling as Caffe's CPU loop writes it: the first maximum in row-major window order
+    (strict >, from -FLT_MAX; NaN never taken), its flat index in the plane (as float) in mask,
+    -1 where none is above -FLT_MAX. The vector kernels' reference (:func:`.pooling.max_pool_forward`)."""
+    planes_x = x[:planes * height * width].reshape(planes, height, width)
+    best = np.full((planes, out_h, out_w), np.finfo(np.float32).min, _F32)
+    at = np.full((planes, out_h, out_w), -1, np.int64)
+    for rows, cols, inside in _window_taps(height, width, kh, kw, ph, pw, sh, sw, out_h, out_w):
+        values = _gather(planes_x, rows, cols, height, width)
+        larger = inside & (values > best)
+        best = np.where(larger, values, best)
+        at = np.where(larger, rows * width + cols, at)
+    y[:best.size] = best.reshape(-1)
+    mask[:at.size] = at.reshape(-1)
+
+
+def ave_pool_caffe(x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, y):
+    """Average pooling as Caffe's CPU loop writes it: float32 sums from zero in row-major window
+    order over the window clipped to the image, divided by its size clipped to the padded image
+    (0 / 0: NaN). The vector kernels' reference (:func:`.pooling.ave_pool_forward`)."""
+    planes_x = x[:planes * height * width].reshape(planes, height, width)
+    total = np.zeros((planes, out_h, out_w), _F32)
+    for rows, cols, inside in _window_taps(height, width, kh, kw, ph, pw, sh, sw, out_h, out_w):
+        total += np.where(inside, _gather(planes_x, rows, cols, height, width), _F32(0.0))  # + 0: no bit changes
+    h0, w0 = np.arange(out_h) * sh - ph, np.arange(out_w) * sw - pw
+    size = np.outer(np.minimum(h0 + kh, height + ph) - h0, np.minimum(w0 + kw, width + pw) - w0).astype(_F32)
+    with np.errstate(divide='ignore', invalid='ignore'):
+        y[:total.size] = (total / size).reshape(-1)
+
+
+def max_pool_backward(dy, mask, planes, in_plane, out_plane, dx):
+    """:func:`.pooling.max_pool_backward`: dx from zero, each dy added at its argmax, outputs in
+    row-major order (np.add.at adds in the order given)."""
+    where = mask[:planes * out_plane].reshape(planes, out_plane).astype(np.int64)
+    taken = where >= 0
+    dx[:planes * in_plane] = 0.0
+    np.add.at(dx, (np.arange(planes).reshape(-1, 1) * in_plane + where)[taken],
+              dy[:planes * out_plane].reshape(planes, out_plane)[taken])
+
+
+def pad_planes(src, planes, height, width, ph, pw, dst):
+    """:func:`.im2col.pad_planes`."""
+    padded = dst[:planes * (height + 2 * ph) * (width + 2 * pw)].reshape(planes, height + 2 * ph, width + 2 * pw)
+    padded[...] = 0.0
+    padded[:, ph:ph + height, pw:pw + width] = src[:planes * height * width].reshape(planes, height, width)
 
 
 def ave_pool_backward(dy, planes, sizes, covers, dx):

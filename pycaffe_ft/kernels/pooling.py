@@ -687,7 +687,7 @@ def max_pool_forward(x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, ou
     ``taps`` is :func:`window_taps` of this geometry. Small planes go one plane a vector or by
     row pairs (AVX-512), rows of 6 or more outputs at stride 1 or 2 by rows, the others by plane
     lanes; while that kernel compiles in the background (:mod:`.tiered`), by
-    :func:`max_pool_caffe`."""
+    :func:`.numpy_references.max_pool_caffe`."""
     kernel, args = (_small_planes(x, planes, height, width, kh, kw, ph, sh, out_h, out_w, taps, y, mask, False)
                     or _by_rows(x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, y, mask, False)
                     or _by_plane_lanes(((_max_pool_lanes_2x2, _max_pool_lanes_2x2_wide),
@@ -697,14 +697,14 @@ def max_pool_forward(x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, ou
     if ready(kernel, args):
         kernel(*args)
     else:
-        max_pool_caffe(x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, y, mask)
+        numpy_references.max_pool_caffe(x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, y, mask)
 
 
 def ave_pool_forward(x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, taps, y):
     """y holds planes*out_h*out_w averages; ``taps`` is :func:`window_taps` of this geometry.
     Small planes go one plane a vector or by row pairs (AVX-512), rows of 12 or more outputs at
     stride 1 or 2 by rows, the others by plane lanes; while that kernel compiles in the
-    background (:mod:`.tiered`), by :func:`ave_pool_caffe`."""
+    background (:mod:`.tiered`), by :func:`.numpy_references.ave_pool_caffe`."""
     kernel, args = (_small_planes(x, planes, height, width, kh, kw, ph, sh, out_h, out_w, taps, y, y, True)
                     or _by_rows(x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, y, y, True)
                     or _by_plane_lanes(((_ave_pool_lanes_2x2, _ave_pool_lanes_2x2_wide),
@@ -714,7 +714,7 @@ def ave_pool_forward(x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, ou
     if ready(kernel, args):
         kernel(*args)
     else:
-        ave_pool_caffe(x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, y)
+        numpy_references.ave_pool_caffe(x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, y)
 
 
 def _by_plane_lanes(constant, general, x, planes, height, width, kh, kw, tables, *outputs):
@@ -724,49 +724,6 @@ def _by_plane_lanes(constant, general, x, planes, height, width, kh, kw, tables,
     wide = int(PLANE_LANES == 16)
     kernel, window = _window_kernel((constant[0][wide], constant[1][wide], general[wide]), kh, kw)
     return kernel, (x, planes, height * width, width, *window, *tables, *outputs)
-
-
-@njit(cache=True, nogil=True)
-def max_pool_caffe(x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, y, mask):
-    """Max pooling as Caffe's CPU loop writes it, one output at a time: the reference of the
-    vector kernels (the same bits; compiles in a fraction of their time, runs several times
-    slower)."""
-    for plane in range(planes):
-        src, dst = plane * height * width, plane * out_h * out_w
-        for oy in range(out_h):
-            h0 = oy * sh - ph
-            h1, h0 = min(h0 + kh, height), max(h0, 0)
-            for ox in range(out_w):
-                w0 = ox * sw - pw
-                w1, w0 = min(w0 + kw, width), max(w0, 0)
-                best, at = _LOWEST, -1
-                for h in range(h0, h1):
-                    for w in range(w0, w1):
-                        if x[src + h * width + w] > best:
-                            best, at = x[src + h * width + w], h * width + w
-                y[dst + oy * out_w + ox] = best
-                mask[dst + oy * out_w + ox] = at
-
-
-@njit(cache=True, nogil=True, error_model='numpy')  # 0 / 0: NaN, as in Caffe
-def ave_pool_caffe(x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, y):
-    """Average pooling as Caffe's CPU loop writes it (float32 sums in row-major window order
-    over the window clipped to the image, divided by its size clipped to the padded image): the
-    reference of the vector kernels, as :func:`max_pool_caffe`."""
-    for plane in range(planes):
-        src, dst = plane * height * width, plane * out_h * out_w
-        for oy in range(out_h):
-            h0 = oy * sh - ph
-            h1 = min(h0 + kh, height + ph)
-            for ox in range(out_w):
-                w0 = ox * sw - pw
-                w1 = min(w0 + kw, width + pw)
-                size = np.float32((h1 - h0) * (w1 - w0))
-                total = np.float32(0.0)
-                for h in range(max(h0, 0), min(h1, height)):
-                    for w in range(max(w0, 0), min(w1, width)):
-                        total += x[src + h * width + w]
-                y[dst + oy * out_w + ox] = total / size
 
 
 def ave_pool_backward(dy, planes, taps, dx):
@@ -780,11 +737,17 @@ def ave_pool_backward(dy, planes, taps, dx):
     call(kernel[int(PLANE_LANES == 16)], numpy_references.ave_pool_backward, dy, planes, taps[2], covers, dx)
 
 
-@njit(cache=True, nogil=True)
 def max_pool_backward(dy, mask, planes, in_plane, out_plane, dx):
-    """dx (overwritten) receives each dy at its argmax, outputs in row-major order. The next
-    plane's lines are fetched meanwhile (dx for writing): in a net they are seldom in the
-    caches (CIFAR10-quick's pool1 alone, inputs evicted first: 2.2 -> 1.8 ms)."""
+    """dx (overwritten) receives each dy at its argmax, outputs in row-major order; while the
+    kernel compiles in the background (:mod:`.tiered`), by its NumPy reference."""
+    call(_max_pool_backward, numpy_references.max_pool_backward, dy, mask, planes, in_plane, out_plane, dx)
+
+
+@njit(cache=True, nogil=True)
+def _max_pool_backward(dy, mask, planes, in_plane, out_plane, dx):
+    """:func:`max_pool_backward`. The next plane's lines are fetched meanwhile (dx for
+    writing): in a net they are seldom in the caches (CIFAR10-quick's pool1 alone, inputs
+    evicted first: 2.2 -> 1.8 ms)."""
     for plane in range(planes):
         in_base = plane * in_plane
         out_base = plane * out_plane

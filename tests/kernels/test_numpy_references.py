@@ -1,13 +1,13 @@
-"""The NumPy references against their kernels, bit for bit (NaN for NaN): values with signed zeros, NaN,
-infinities and wide exponents, every transform kind, and the pooling geometries whose inputs
-are covered by one, four or more outputs. (tests/layers/test_winograd.py runs whole passes
-through the references.)"""
+"""The NumPy references against their kernels, bit for bit (NaN for NaN): values with signed
+zeros, NaN, infinities and wide exponents; every Winograd transform kind; pooling geometries
+that take each way through the planes, and whose inputs are covered by one, four or more
+outputs. (tests/layers/test_winograd.py runs whole passes through the references.)"""
 import numpy as np
 import pytest
 
 pytestmark = pytest.mark.filterwarnings('ignore:invalid value:RuntimeWarning')  # inf - inf: as the kernels
 
-from pycaffe_ft.kernels import numpy_references as references, pooling, winograd as kernels
+from pycaffe_ft.kernels import im2col, numpy_references as references, pooling, winograd as kernels
 
 KINDS = [(kernels.INPUT_6, 6), (kernels.INPUT_4, 4), (kernels.DIFF_6, 6), (kernels.DIFF_4, 4)]
 
@@ -127,3 +127,51 @@ def test_average_pooling_backward(geometry):
                          references.ave_pool_backward, [planes * height * width],
                          lambda out: (dy, planes, taps[2], taps[3], out))
     assert ours == theirs
+
+
+POOLS = [  # (H, W, kernel, pad, stride)
+    (16, 16, 3, 1, 2), (8, 8, 2, 0, 2), (7, 9, 3, 1, 1), (13, 13, 3, 0, 2), (24, 24, 2, 0, 2), (9, 6, 5, 2, 3)]
+
+
+def _pool_case(geometry, seed):
+    height, width, k, pad, stride = geometry
+    out_h = -(-(height + 2 * pad - k) // stride) + 1
+    out_w = -(-(width + 2 * pad - k) // stride) + 1
+    planes = 21
+    x = _values(np.random.default_rng(seed), planes * height * width)
+    x[10 * height * width:11 * height * width] = -np.inf  # a plane with no value above -FLT_MAX
+    return planes, x, (height, width, k, k, pad, pad, stride, stride, out_h, out_w)
+
+
+@pytest.mark.parametrize('geometry', POOLS)
+def test_pooling_forwards(geometry):
+    """The vector kernels (each geometry's) against Caffe's loops in NumPy."""
+    planes, x, args = _pool_case(geometry, sum(geometry))
+    taps = pooling.window_taps(*args)
+    size = planes * args[-2] * args[-1]
+    ours, theirs = _both(lambda *a: pooling.max_pool_forward(*a[:-2], taps, *a[-2:]), references.max_pool_caffe,
+                         [size, size], lambda y, mask: (x, planes, *args, y, mask))
+    assert ours == theirs
+    ours, theirs = _both(lambda *a: pooling.ave_pool_forward(*a[:-1], taps, a[-1]), references.ave_pool_caffe,
+                         [size], lambda y: (x, planes, *args, y))
+    assert ours == theirs
+
+
+@pytest.mark.parametrize('geometry', POOLS[:4])
+def test_max_pooling_backward(geometry):
+    planes, x, args = _pool_case(geometry, 7)
+    out_plane = args[-2] * args[-1]
+    y, mask = np.empty(planes * out_plane, np.float32), np.empty(planes * out_plane, np.float32)
+    references.max_pool_caffe(x, planes, *args, y, mask)
+    dy = _values(np.random.default_rng(3), planes * out_plane)
+    ours, theirs = _both(pooling._max_pool_backward, references.max_pool_backward, [planes * args[0] * args[1]],
+                         lambda dx: (dy, mask, planes, args[0] * args[1], out_plane, dx))
+    assert ours == theirs
+
+
+def test_padding():
+    x = _values(np.random.default_rng(5), 6 * 7 * 9)
+    for ph, pw in ((0, 2), (3, 1), (2, 0)):
+        ours, theirs = _both(im2col._pad_planes, references.pad_planes, [6 * (7 + 2 * ph) * (9 + 2 * pw)],
+                             lambda dst: (x, 6, 7, 9, ph, pw, dst))
+        assert ours == theirs
