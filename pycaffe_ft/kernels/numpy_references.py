@@ -11,6 +11,8 @@ kernels do: no fused multiply-adds). The Winograd transforms run the kernels' ow
 :func:`.small_gemm.run_batched_gemm`. They are slower than the kernels (a CIFAR10-quick
 training step about 0.3 s instead of 0.04 s) and allocate their own scratch.
 """
+import functools
+
 import numpy as np
 
 from . import winograd
@@ -21,6 +23,16 @@ __all__ = ['to_channels_last', 'from_channels_last', 'tile_transform', 'tile_inv
            'max_pool_backward', 'ave_pool_backward', 'pad_planes']
 
 _F32 = np.float32
+
+
+def _quietly(function):
+    """``function`` without NumPy's floating-point warnings (overflow, inf - inf, 0 / 0): the
+    kernels it stands for give none."""
+    @functools.wraps(function)
+    def quiet(*args):
+        with np.errstate(all='ignore'):
+            return function(*args)
+    return quiet
 
 
 def _transform(kind):
@@ -43,6 +55,7 @@ def _joined(flat, num, height, width, channels):
     return image
 
 
+@_quietly
 def to_channels_last(src, num, channels, height, width, top, left, padded_h, padded_w, dst):
     """:func:`.winograd.to_channels_last`."""
     image = np.zeros((num, padded_h, padded_w, channels), _F32)
@@ -56,6 +69,7 @@ def to_channels_last(src, num, channels, height, width, top, left, padded_h, pad
     split[:, :, 1] = image[:, :, 1::2]
 
 
+@_quietly
 def from_channels_last(src, num, channels, src_h, src_w, height, width, bias, use_bias, relu, dst):
     """:func:`.winograd.from_channels_last`."""
     image = _joined(src, num, src_h, src_w, channels)[:, :height, :width]
@@ -65,6 +79,7 @@ def from_channels_last(src, num, channels, src_h, src_w, height, width, bias, us
     dst[:num * channels * height * width].reshape(num, channels, height, width)[...] = values.transpose(0, 3, 1, 2)
 
 
+@_quietly
 def tile_transform(src, num, padded_h, padded_w, channels, kind, alpha, tiles_h, tiles_w, rows, out):
     """:func:`.winograd.tile_transform`: every row's tiles along the columns, then along the
     rows."""
@@ -79,6 +94,7 @@ def tile_transform(src, num, padded_h, padded_w, channels, kind, alpha, tiles_h,
             result[p, q] = down[p].reshape(tiles, channels)
 
 
+@_quietly
 def tile_inverse(prod, num, channels, kind, alpha, tiles_h, tiles_w, half, dst):
     """:func:`.winograd.tile_inverse`: along the positions' rows, then their columns."""
     function, _ = _transform(kind)
@@ -101,6 +117,7 @@ def _input_windows(x, lo, n, channels, height, width, top, left, padded_h, padde
     return v
 
 
+@_quietly
 def convolve_images(x, num, step, channels, height, width, top, left, padded_h, padded_w, in_kind, alpha,
                     tiles_h, tiles_w, u, groups, out_channels, out_kind, out_h, out_w, bias, use_bias, relu,
                     y, image, rows, v, prod, half, result, gemm):
@@ -120,6 +137,7 @@ def convolve_images(x, num, step, channels, height, width, top, left, padded_h, 
                        y[:num * out_channels * out_h * out_w])
 
 
+@_quietly
 def weight_products(x, dy, num, step, channels, height, width, top, left, padded_h, padded_w, in_kind,
                     diff_kind, alpha, tiles_h, tiles_w, out_channels, out_h, out_w, groups, part, image, rows,
                     vx, diff_image, diff_rows, vg, more, gemm):
@@ -151,6 +169,7 @@ def _add_scaled_rows(acc, coefficients, rows):
         acc += g * row
 
 
+@_quietly
 def weight_tiles(w, g_matrix, groups, flip, out):
     """:func:`.winograd.weight_tiles`."""
     k, c_in, r = w.shape[0], w.shape[1], w.shape[2]
@@ -175,6 +194,7 @@ def weight_tiles(w, g_matrix, groups, flip, out):
             flat[p * alpha + q, dest] = total
 
 
+@_quietly
 def weight_gradient_from_tiles(m, a_t, out):
     """:func:`.winograd.weight_gradient_from_tiles`."""
     alpha, r = m.shape[0], a_t.shape[0]
@@ -207,6 +227,7 @@ def _gather(planes_x, rows, cols, height, width):
     return planes_x[:, np.clip(rows, 0, height - 1), np.clip(cols, 0, width - 1)]
 
 
+@_quietly
 def max_pool_caffe(x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, y, mask):
     """Max pooling as Caffe's CPU loop writes it: the first maximum in row-major window order
     (strict >, from -FLT_MAX; NaN never taken), its flat index in the plane (as float) in mask,
@@ -223,6 +244,7 @@ def max_pool_caffe(x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_
     mask[:at.size] = at.reshape(-1)
 
 
+@_quietly
 def ave_pool_caffe(x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, y):
     """Average pooling as Caffe's CPU loop writes it: float32 sums from zero in row-major window
     order over the window clipped to the image, divided by its size clipped to the padded image
@@ -233,10 +255,10 @@ def ave_pool_caffe(x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_
         total += np.where(inside, _gather(planes_x, rows, cols, height, width), _F32(0.0))  # + 0: no bit changes
     h0, w0 = np.arange(out_h) * sh - ph, np.arange(out_w) * sw - pw
     size = np.outer(np.minimum(h0 + kh, height + ph) - h0, np.minimum(w0 + kw, width + pw) - w0).astype(_F32)
-    with np.errstate(divide='ignore', invalid='ignore'):
-        y[:total.size] = (total / size).reshape(-1)
+    y[:total.size] = (total / size).reshape(-1)
 
 
+@_quietly
 def max_pool_backward(dy, mask, planes, in_plane, out_plane, dx):
     """:func:`.pooling.max_pool_backward`: dx from zero, each dy added at its argmax, outputs in
     row-major order (np.add.at adds in the order given)."""
@@ -247,6 +269,7 @@ def max_pool_backward(dy, mask, planes, in_plane, out_plane, dx):
               dy[:planes * out_plane].reshape(planes, out_plane)[taken])
 
 
+@_quietly
 def pad_planes(src, planes, height, width, ph, pw, dst):
     """:func:`.im2col.pad_planes`."""
     padded = dst[:planes * (height + 2 * ph) * (width + 2 * pw)].reshape(planes, height + 2 * ph, width + 2 * pw)
@@ -254,6 +277,7 @@ def pad_planes(src, planes, height, width, ph, pw, dst):
     padded[:, ph:ph + height, pw:pw + width] = src[:planes * height * width].reshape(planes, height, width)
 
 
+@_quietly
 def ave_pool_backward(dy, planes, sizes, covers, dx):
     """:func:`.pooling.ave_pool_backward`'s kernels (``sizes`` and ``covers`` from its taps):
     each output's share dy / size, then each input the sum of its covering outputs' shares in

@@ -5,7 +5,7 @@ outputs. (tests/layers/test_winograd.py runs whole passes through the references
 import numpy as np
 import pytest
 
-pytestmark = pytest.mark.filterwarnings('ignore:invalid value:RuntimeWarning')  # inf - inf: as the kernels
+pytestmark = pytest.mark.filterwarnings('error::RuntimeWarning')  # as the kernels, NumPy's references warn of nothing
 
 from pycaffe_ft.kernels import im2col, numpy_references as references, pooling, winograd as kernels
 
