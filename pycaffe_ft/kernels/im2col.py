@@ -68,9 +68,11 @@ def columns(images, n_img, channels, height, width, kh, kw, sh, sw, dh, dw, out_
     Stride 1 with rows of a multiple of 8 runs a kernel that moves whole vectors (LeNet's
     conv2, 8 wide: 0.08 -> 0.05 ms im2col, 0.09 -> 0.06 col2im per 8 images; 16 wide 1.7x); a
     separate compiled function, because the same branch inside one loop nest made LLVM compile
-    the other rows slower (27 wide: 0.155 -> 0.19 ms)."""
+    the other rows slower (27 wide: 0.155 -> 0.19 ms). While that kernel compiles in the
+    background (:mod:`.tiered`), by NumPy."""
     kernel = _vector_columns if sw == 1 and out_w % 8 == 0 else _columns
-    kernel(images, n_img, channels, height, width, kh, kw, sh, sw, dh, dw, out_h, out_w, cols, ncols, to_columns)
+    call(kernel, numpy_references.columns, images, n_img, channels, height, width, kh, kw, sh, sw, dh, dw, out_h, out_w,
+         cols, ncols, to_columns)
 
 
 @njit(cache=True, nogil=True, inline='always')

@@ -14,13 +14,14 @@ training step about 0.3 s instead of 0.04 s) and allocate their own scratch.
 import functools
 
 import numpy as np
+from numpy.lib.stride_tricks import as_strided
 
 from . import winograd
 from .small_gemm import run_batched_gemm
 
 __all__ = ['to_channels_last', 'from_channels_last', 'tile_transform', 'tile_inverse', 'convolve_images',
            'weight_products', 'weight_tiles', 'weight_gradient_from_tiles', 'max_pool_caffe', 'ave_pool_caffe',
-           'max_pool_backward', 'ave_pool_backward', 'pad_planes']
+           'max_pool_backward', 'ave_pool_backward', 'pad_planes', 'columns']
 
 _F32 = np.float32
 
@@ -275,6 +276,30 @@ def pad_planes(src, planes, height, width, ph, pw, dst):
     padded = dst[:planes * (height + 2 * ph) * (width + 2 * pw)].reshape(planes, height + 2 * ph, width + 2 * pw)
     padded[...] = 0.0
     padded[:, ph:ph + height, pw:pw + width] = src[:planes * height * width].reshape(planes, height, width)
+
+
+@_quietly
+def columns(images, n_img, channels, height, width, kh, kw, sh, sw, dh, dw, out_h, out_w, cols, ncols, to_columns):
+    """:func:`.im2col.columns`'s kernels: im2col copies each window tap's plane of positions
+    into its row; col2im zeroes the images, then adds the rows tap by tap (an element's terms in
+    Caffe's order: by tap, and one per tap)."""
+    if not to_columns:
+        images[:n_img * channels * height * width] = 0.0
+    # the rows the windows reach (im2col in bands passes the images from a band's first row on,
+    # its last plane cut after the rows it reads)
+    reach = (out_h - 1) * sh + (kh - 1) * dh + 1
+    size = images.itemsize
+    image = as_strided(images, (n_img, channels, reach, width),
+                       (channels * height * width * size, height * width * size, width * size, size))
+    rows = cols[:channels * kh * kw * ncols].reshape(channels, kh, kw, ncols)
+    for ki in range(kh):
+        for kj in range(kw):
+            window = image[:, :, ki * dh:ki * dh + (out_h - 1) * sh + 1:sh, kj * dw:kj * dw + (out_w - 1) * sw + 1:sw]
+            row = rows[:, ki, kj, :n_img * out_h * out_w].reshape(channels, n_img, out_h, out_w).transpose(1, 0, 2, 3)
+            if to_columns:
+                row[...] = window
+            else:
+                window += row
 
 
 @_quietly

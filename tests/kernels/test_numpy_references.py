@@ -175,3 +175,27 @@ def test_padding():
         ours, theirs = _both(im2col._pad_planes, references.pad_planes, [6 * (7 + 2 * ph) * (9 + 2 * pw)],
                              lambda dst: (x, 6, 7, 9, ph, pw, dst))
         assert ours == theirs
+
+
+@pytest.mark.parametrize('geometry', [  # (C, H, W, kernel, stride, dilation): 8-wide rows, others, strides, dilations
+    (3, 9, 10, 3, 1, 1), (4, 10, 11, 5, 1, 1), (2, 13, 13, 3, 2, 1), (3, 12, 12, 3, 1, 2), (2, 11, 15, 11, 4, 1)])
+def test_columns(geometry):
+    channels, height, width, k, stride, dilation = geometry
+    reach = dilation * (k - 1) + 1
+    out_h, out_w = (height - reach) // stride + 1, (width - reach) // stride + 1
+    n, extra = 3, 5  # columns of a wider buffer, as a chunk of images writes them
+    ncols = n * out_h * out_w + extra
+    images = _values(np.random.default_rng(sum(geometry)), n * channels * height * width, specials=False)
+    args = (n, channels, height, width, k, k, stride, stride, dilation, dilation, out_h, out_w)
+    ours, theirs = _both(im2col.columns, references.columns, [channels * k * k * ncols],
+                         lambda cols: (images, *args, cols, ncols, True))
+    assert ours == theirs
+    if out_h >= 4:  # output rows 2 and 3 alone, as im2col in bands lowers them
+        band = args[:-2] + (2, out_w)
+        ours, theirs = _both(im2col.columns, references.columns, [channels * k * k * ncols],
+                             lambda cols: (images[2 * stride * width:], *band, cols, ncols, True))
+        assert ours == theirs
+    cols = _values(np.random.default_rng(1), channels * k * k * ncols, specials=False)
+    ours, theirs = _both(im2col.columns, references.columns, [images.size],
+                         lambda back: (back, *args, cols, ncols, False))
+    assert ours == theirs
