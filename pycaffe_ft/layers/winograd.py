@@ -14,6 +14,7 @@ The Toom-Cook matrices are derived here exactly (rationals); the kernels in
 :mod:`pycaffe_ft.kernels.winograd` have them written out, and :func:`toom_cook` is what
 the tests check those against.
 """
+import functools
 from fractions import Fraction
 
 import numpy as np
@@ -125,6 +126,14 @@ def _as_array(matrix):
     return np.array([[float(v) for v in row] for row in matrix], np.float64)
 
 
+@functools.lru_cache(maxsize=None)
+def _matrices(r):
+    """(G (alpha, r): weights -> tiles, A^T (r, alpha) of F(r, 2): gradient tiles -> r x r), float64,
+    derived once a kernel size (in Fractions: ~5 ms, which ResNet-50's 3x3 layers paid one by one)
+    and shared by the plans (none writes them)."""
+    return _as_array(toom_cook(2, r)[1]), _as_array(toom_cook(r, 2)[0])
+
+
 class Winograd:
     """The Winograd plan of one convolution geometry (kernel r x r, pads, groups)."""
 
@@ -133,8 +142,7 @@ class Winograd:
         self.in_kind = kernels.INPUT_6 if r == 5 else kernels.INPUT_4
         self.diff_kind = kernels.DIFF_6 if r == 5 else kernels.DIFF_4
         self.out_kind = kernels.OUTPUT_6 if r == 5 else kernels.OUTPUT_4
-        self.g = _as_array(toom_cook(2, r)[1])            # (alpha, r): weights -> tiles
-        self.weight_a_t = _as_array(toom_cook(r, 2)[0])   # (r, alpha): gradient tiles -> r x r
+        self.g, self.weight_a_t = _matrices(r)
         self._partials = aligned_empty(0)  # the weight gradient's per-chunk sums, reused
 
     @staticmethod
