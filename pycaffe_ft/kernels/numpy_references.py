@@ -1,8 +1,9 @@
 """NumPy references of kernels: each takes its kernel's arguments and gives its kernel's bits,
 with nothing to compile. A first pass runs them while a worker compiles the kernels
 (:mod:`.tiered`): CIFAR10-quick's Winograd kernels took 7-12 s to compile in place before its
-first training step, AlexNet's 6-7 s. The pooling's and padding's here (with Numba's references,
-0.2-0.5 s of compile each) leave a first pass little to compile but what has no reference.
+first training step, AlexNet's 6-7 s. The pooling's, the padding's and im2col's stand in for
+Numba references or kernels of 0.2-0.5 s of compiling each: a first pass compiles little
+besides what has no reference here (what runs fused multiply-adds, which NumPy has not).
 
 Each value is computed by the same float32 (or float64) operations in the same order as in its
 kernel, one NumPy operation over many values at a time (NumPy rounds every operation, as the
@@ -232,7 +233,8 @@ def _gather(planes_x, rows, cols, height, width):
 def max_pool_caffe(x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, y, mask):
     """Max pooling as Caffe's CPU loop writes it: the first maximum in row-major window order
     (strict >, from -FLT_MAX; NaN never taken), its flat index in the plane (as float) in mask,
-    -1 where none is above -FLT_MAX. The vector kernels' reference (:func:`.pooling.max_pool_forward`)."""
+    -1 where none is above -FLT_MAX. The vector kernels' reference
+    (:func:`.pooling.max_pool_forward`)."""
     planes_x = x[:planes * height * width].reshape(planes, height, width)
     best = np.full((planes, out_h, out_w), np.finfo(np.float32).min, _F32)
     at = np.full((planes, out_h, out_w), -1, np.int64)
