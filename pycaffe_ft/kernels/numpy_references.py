@@ -214,35 +214,33 @@ def weight_gradient_from_tiles(m, a_t, out):
             flat[:, u, v] = total
 
 
-def _window_taps(height, width, kh, kw, ph, pw, sh, sw, out_h, out_w):
-    """Each tap of the windows in row-major window order: (rows (out_h, 1), columns (1, out_w),
-    inside the image), as Caffe's loops visit them (windows clipped to the image)."""
-    oy, ox = np.arange(out_h).reshape(-1, 1) * sh - ph, np.arange(out_w).reshape(1, -1) * sw - pw
+def _tap_planes(x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, outside):
+    """Each window tap's values for every output, in row-major window order: (tap row in the
+    image (out_h, 1), tap column (1, out_w), values (planes, out_h, out_w)), the values strided
+    views of the planes set in a border of ``outside`` that reaches every tap (a tap outside the
+    image reads ``outside``: a value that changes no maximum or sum, as Caffe skips it)."""
+    rows, cols = max(height + ph, (out_h - 1) * sh + kh), max(width + pw, (out_w - 1) * sw + kw)
+    framed = np.full((planes, rows, cols), outside, _F32)
+    framed[:, ph:ph + height, pw:pw + width] = x[:planes * height * width].reshape(planes, height, width)
+    oy, ox = np.arange(out_h).reshape(-1, 1) * sh, np.arange(out_w).reshape(1, -1) * sw
     for dh in range(kh):
         for dw in range(kw):
-            rows, cols = oy + dh, ox + dw
-            yield rows, cols, (rows >= 0) & (rows < height) & (cols >= 0) & (cols < width)
-
-
-def _gather(planes_x, rows, cols, height, width):
-    """planes_x[:, rows, cols] (rows and columns outside the image read the border)."""
-    return planes_x[:, np.clip(rows, 0, height - 1), np.clip(cols, 0, width - 1)]
+            yield (oy + dh - ph, ox + dw - pw,
+                   framed[:, dh:dh + (out_h - 1) * sh + 1:sh, dw:dw + (out_w - 1) * sw + 1:sw])
 
 
 @_quietly
 def max_pool_caffe(x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, y, mask):
     """Max pooling as Caffe's CPU loop writes it: the first maximum in row-major window order
-    (strict >, from -FLT_MAX; NaN never taken), its flat index in the plane (as float) in mask,
-    -1 where none is above -FLT_MAX. The vector kernels' reference
-    (:func:`.pooling.max_pool_forward`)."""
-    planes_x = x[:planes * height * width].reshape(planes, height, width)
+    (strict >, from -FLT_MAX; NaN never taken; taps outside the image read -inf, never taken),
+    its flat index in the plane (as float) in mask, -1 where none is above -FLT_MAX. The vector
+    kernels' reference (:func:`.pooling.max_pool_forward`)."""
     best = np.full((planes, out_h, out_w), np.finfo(np.float32).min, _F32)
-    at = np.full((planes, out_h, out_w), -1, np.int64)
-    for rows, cols, inside in _window_taps(height, width, kh, kw, ph, pw, sh, sw, out_h, out_w):
-        values = _gather(planes_x, rows, cols, height, width)
-        larger = inside & (values > best)
-        best = np.where(larger, values, best)
-        at = np.where(larger, rows * width + cols, at)
+    at = np.full((planes, out_h, out_w), -1, np.int32)
+    for rows, cols, values in _tap_planes(x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, -np.inf):
+        larger = values > best
+        best = np.where(larger, values, best)  # (2x faster than np.copyto with where=)
+        at = np.where(larger, (rows * width + cols).astype(np.int32), at)
     y[:best.size] = best.reshape(-1)
     mask[:at.size] = at.reshape(-1)
 
@@ -250,12 +248,12 @@ def max_pool_caffe(x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_
 @_quietly
 def ave_pool_caffe(x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, y):
     """Average pooling as Caffe's CPU loop writes it: float32 sums from zero in row-major window
-    order over the window clipped to the image, divided by its size clipped to the padded image
-    (0 / 0: NaN). The vector kernels' reference (:func:`.pooling.ave_pool_forward`)."""
-    planes_x = x[:planes * height * width].reshape(planes, height, width)
+    order over the window clipped to the image (taps outside it read +0, which changes no sum's
+    bits: a sum from +0 is never -0), divided by its size clipped to the padded image (0 / 0:
+    NaN). The vector kernels' reference (:func:`.pooling.ave_pool_forward`)."""
     total = np.zeros((planes, out_h, out_w), _F32)
-    for rows, cols, inside in _window_taps(height, width, kh, kw, ph, pw, sh, sw, out_h, out_w):
-        total += np.where(inside, _gather(planes_x, rows, cols, height, width), _F32(0.0))  # + 0: no bit changes
+    for _, _, values in _tap_planes(x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, 0.0):
+        total += values
     h0, w0 = np.arange(out_h) * sh - ph, np.arange(out_w) * sw - pw
     size = np.outer(np.minimum(h0 + kh, height + ph) - h0, np.minimum(w0 + kw, width + pw) - w0).astype(_F32)
     y[:total.size] = (total / size).reshape(-1)

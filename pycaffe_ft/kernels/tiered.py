@@ -16,7 +16,9 @@ types). :func:`ready` answers, per kernel and argument types:
 - True once the kernel is compiled in this process (one set lookup: the common case), or when
   Numba's cache has it (then it is loaded first);
 - else False, after handing the compile to the worker, and False while the worker compiles it
-  (the net goes on with the reference: waiting would only idle);
+  (the net goes on with the reference: waiting would only idle). Meanwhile a call for other
+  argument types gets False too, untyped (typing a call's arguments took LeNet ~5 ms a step),
+  and is handed over once that compile is done;
 - True once the worker has answered: the kernel is loaded from the cache.
 
 Kernels without a reference that a later pass will surely call (a training net's backward:
@@ -62,6 +64,7 @@ in place and the worker is no longer used."""
 _ready = set()  # kernels compiled in this process
 _jobs = {}  # (kernel, argument types) -> _Job handed to the worker
 _ahead = {}  # kernel -> its _Jobs handed ahead of a first call (ahead), until awaited
+_latest = {}  # kernel -> its latest _Job handed to the worker
 _lock = threading.Lock()
 _worker = [None]  # the _Worker once started; False once it could not start or has ended
 
@@ -73,6 +76,7 @@ def _forget_worker():
     _lock = threading.Lock()
     _jobs.clear()
     _ahead.clear()
+    _latest.clear()
     _worker[0] = None
 
 
@@ -100,6 +104,9 @@ def ready(kernel, args):
     reference."""
     if kernel in _ready:
         return True
+    job = _latest.get(kernel)
+    if job is not None and not job.done.is_set() and time.monotonic() - job.submitted < WAIT_SECONDS:
+        return False  # the worker compiles it: no typing of the arguments on every call meanwhile
     with _lock:
         return _tier(kernel, tuple(kernel.typeof_pyval(a) for a in args))
 
@@ -195,6 +202,7 @@ def _hand_over(kernel, types):
     job = worker.submit(kernel, types) if worker is not None else None
     if job is not None:
         _jobs[kernel, types] = job
+        _latest[kernel] = job
     return job
 
 
