@@ -8,6 +8,36 @@ layers run image ranges on several threads.
 import numpy as np
 from numba import njit
 
+from . import numpy_references
+from .tiered import call
+
+ROOT_BETAS = (0.75, 0.5)
+"""The betas whose s^-beta :func:`_neg_pow` takes through square roots; a pass with another
+beta runs powf, whose bits NumPy's power need not give: it has no NumPy reference."""
+
+
+def lrn_across_forward(src, n_img, channels, plane, size, alpha, beta, k, sc, dst):
+    """src (x), sc (scale), dst (y): flat (n_img, channels, plane) float32; alpha, beta, k
+    float32. While the kernel compiles in the background (:mod:`.tiered`), by its NumPy
+    reference (:data:`ROOT_BETAS`)."""
+    args = (src, n_img, channels, plane, size, alpha, beta, k, sc, dst)
+    if beta in ROOT_BETAS:
+        call(_lrn_across_forward, numpy_references.lrn_across_forward, *args)
+    else:
+        _lrn_across_forward(*args)
+
+
+def lrn_across_backward(xs, ys, sc, gs, n_img, channels, plane, size, beta, ratio_value, out, ratio, accum):
+    """out (dx) = gs (dy) sc^-beta - ratio_value xs * sum over the window of gs ys / sc, with
+    ratio_value = 2 alpha beta / n (float32); flat (n_img, channels, plane) arrays. Work
+    buffers: ``ratio`` (channels*plane) and ``accum`` (plane). While the kernel compiles in the
+    background, by its NumPy reference (:data:`ROOT_BETAS`)."""
+    args = (xs, ys, sc, gs, n_img, channels, plane, size, beta, ratio_value, out, ratio, accum)
+    if beta in ROOT_BETAS:
+        call(_lrn_across_backward, numpy_references.lrn_across_backward, *args)
+    else:
+        _lrn_across_backward(*args)
+
 
 @njit(cache=True, nogil=True)
 def _neg_pow(s, beta):
@@ -22,9 +52,8 @@ def _neg_pow(s, beta):
 
 
 @njit(cache=True, nogil=True)
-def lrn_across_forward(src, n_img, channels, plane, size, alpha, beta, k, sc, dst):
-    """src (x), sc (scale), dst (y): flat (n_img, channels, plane) float32; alpha, beta, k
-    float32."""
+def _lrn_across_forward(src, n_img, channels, plane, size, alpha, beta, k, sc, dst):
+    """:func:`lrn_across_forward`."""
     pre = (size - 1) // 2
     aos = alpha / np.float32(size)
     for n in range(n_img):
@@ -59,11 +88,9 @@ def lrn_across_forward(src, n_img, channels, plane, size, alpha, beta, k, sc, ds
 
 
 @njit(cache=True, nogil=True)
-def lrn_across_backward(xs, ys, sc, gs, n_img, channels, plane, size, beta, ratio_value, out,
-                        ratio, accum):
-    """out (dx) = gs (dy) sc^-beta - ratio_value xs * sum over the window of gs ys / sc, with
-    ratio_value = 2 alpha beta / n (float32); flat (n_img, channels, plane) arrays. Work
-    buffers: ``ratio`` (channels*plane) and ``accum`` (plane)."""
+def _lrn_across_backward(xs, ys, sc, gs, n_img, channels, plane, size, beta, ratio_value, out,
+                         ratio, accum):
+    """:func:`lrn_across_backward`."""
     post = size - (size + 1) // 2  # channels after c whose window holds c
     for n in range(n_img):
         base = n * channels * plane

@@ -22,7 +22,8 @@ from .small_gemm import run_batched_gemm
 
 __all__ = ['to_channels_last', 'from_channels_last', 'tile_transform', 'tile_inverse', 'convolve_images',
            'weight_products', 'weight_tiles', 'weight_gradient_from_tiles', 'max_pool_caffe', 'ave_pool_caffe',
-           'max_pool_backward', 'ave_pool_backward', 'pad_planes', 'columns']
+           'max_pool_backward', 'ave_pool_backward', 'pad_planes', 'columns', 'lrn_across_forward',
+           'lrn_across_backward']
 
 _F32 = np.float32
 
@@ -314,3 +315,54 @@ def ave_pool_backward(dy, planes, sizes, covers, dx):
     for j in range(covers.shape[1]):
         total += shares[:, covers[:, j]]
     dx[:planes * in_plane] = total.reshape(-1)
+
+
+def _root_neg_pow(s, beta):
+    """:func:`.lrn._neg_pow` for the betas of :data:`.lrn.ROOT_BETAS` (square roots)."""
+    if beta == 0.75:
+        r = np.sqrt(s)
+        return _F32(1.0) / (r * np.sqrt(r))
+    return _F32(1.0) / np.sqrt(s)
+
+
+@_quietly
+def lrn_across_forward(src, n_img, channels, plane, size, alpha, beta, k, sc, dst):
+    """:func:`.lrn.lrn_across_forward`'s kernel (a beta of :data:`.lrn.ROOT_BETAS`): the
+    scale's running window sum, channel by channel, over every image and position at once."""
+    pre = (size - 1) // 2
+    aos = alpha / _F32(size)
+    x = src[:n_img * channels * plane].reshape(n_img, channels, plane)
+    scale = sc[:x.size].reshape(x.shape)
+    scale[:, 0] = k
+    for c in range(min(size - pre, channels)):
+        scale[:, 0] += aos * (x[:, c] * x[:, c])
+    for c in range(1, channels):
+        head, tail = c + size - 1 - pre, c - 1 - pre  # the channels entering and leaving the window
+        scale[:, c] = scale[:, c - 1]
+        if head < channels:
+            scale[:, c] += aos * (x[:, head] * x[:, head])
+        if tail >= 0:
+            scale[:, c] += -aos * (x[:, tail] * x[:, tail])
+    dst[:x.size] = (_root_neg_pow(scale, beta) * x).reshape(-1)
+
+
+@_quietly
+def lrn_across_backward(xs, ys, sc, gs, n_img, channels, plane, size, beta, ratio_value, out, ratio, accum):
+    """:func:`.lrn.lrn_across_backward`'s kernel (a beta of :data:`.lrn.ROOT_BETAS`), every
+    image at once; the work buffers go unused."""
+    post = size - (size + 1) // 2
+    shape = (n_img, channels, plane)
+    x, y, scale, g = (a[:n_img * channels * plane].reshape(shape) for a in (xs, ys, sc, gs))
+    shares = g * y / scale
+    dx = g * _root_neg_pow(scale, beta)
+    total = np.zeros((n_img, plane), _F32)
+    for c in range(max(-post, 0), min(size - 1 - post, channels)):
+        total += shares[:, c]
+    for c in range(channels):
+        head, tail = c + size - 1 - post, c - post
+        if head < channels:
+            total += shares[:, head]
+        dx[:, c] += -ratio_value * (x[:, c] * total)
+        if tail >= 0:
+            total += -shares[:, tail]
+    out[:dx.size] = dx.reshape(-1)

@@ -7,7 +7,7 @@ import pytest
 
 pytestmark = pytest.mark.filterwarnings('error::RuntimeWarning')  # as the kernels, NumPy's references warn of nothing
 
-from pycaffe_ft.kernels import im2col, numpy_references as references, pooling, winograd as kernels
+from pycaffe_ft.kernels import im2col, lrn, numpy_references as references, pooling, winograd as kernels
 
 KINDS = [(kernels.INPUT_6, 6), (kernels.INPUT_4, 4), (kernels.DIFF_6, 6), (kernels.DIFF_4, 4)]
 
@@ -198,4 +198,25 @@ def test_columns(geometry):
     cols = _values(np.random.default_rng(1), channels * k * k * ncols, specials=False)
     ours, theirs = _both(im2col.columns, references.columns, [images.size],
                          lambda back: (back, *args, cols, ncols, False))
+    assert ours == theirs
+
+
+@pytest.mark.parametrize('beta', lrn.ROOT_BETAS)
+@pytest.mark.parametrize('size,channels', [(5, 16), (3, 7), (5, 2)])
+def test_lrn_across_channels(beta, size, channels):
+    rng = np.random.default_rng(size * channels)
+    n, plane = 3, 13
+    alpha, beta, k = np.float32(1e-3), np.float32(beta), np.float32(1.0)
+    count = n * channels * plane
+    x = _values(rng, count, specials=False)
+    ours, theirs = _both(lrn._lrn_across_forward, references.lrn_across_forward, [count, count],
+                         lambda scale, y: (x, n, channels, plane, size, alpha, beta, k, scale, y))
+    assert ours == theirs
+    scale, y = np.empty(count, np.float32), np.empty(count, np.float32)
+    lrn._lrn_across_forward(x, n, channels, plane, size, alpha, beta, k, scale, y)
+    dy = _values(rng, count, specials=False)
+    ratio_value = np.float32(2.0 * float(alpha) * float(beta) / size)
+    ours, theirs = _both(lrn._lrn_across_backward, references.lrn_across_backward, [count],
+                         lambda dx: (x, y, scale, dy, n, channels, plane, size, beta, ratio_value, dx,
+                                     np.empty(channels * plane, np.float32), np.empty(plane, np.float32)))
     assert ours == theirs
