@@ -20,11 +20,8 @@ def lrn_across_forward(src, n_img, channels, plane, size, alpha, beta, k, sc, ds
     """src (x), sc (scale), dst (y): flat (n_img, channels, plane) float32; alpha, beta, k
     float32. While the kernel compiles in the background (:mod:`.tiered`), by its NumPy
     reference (:data:`ROOT_BETAS`)."""
-    args = (src, n_img, channels, plane, size, alpha, beta, k, sc, dst)
-    if beta in ROOT_BETAS:
-        call(_lrn_across_forward, numpy_references.lrn_across_forward, *args)
-    else:
-        _lrn_across_forward(*args)
+    _tiered(_lrn_across_forward, numpy_references.lrn_across_forward, beta,
+            (src, n_img, channels, plane, size, alpha, beta, k, sc, dst))
 
 
 def lrn_across_backward(xs, ys, sc, gs, n_img, channels, plane, size, beta, ratio_value, out, ratio, accum):
@@ -32,11 +29,17 @@ def lrn_across_backward(xs, ys, sc, gs, n_img, channels, plane, size, beta, rati
     ratio_value = 2 alpha beta / n (float32); flat (n_img, channels, plane) arrays. Work
     buffers: ``ratio`` (channels*plane) and ``accum`` (plane). While the kernel compiles in the
     background, by its NumPy reference (:data:`ROOT_BETAS`)."""
-    args = (xs, ys, sc, gs, n_img, channels, plane, size, beta, ratio_value, out, ratio, accum)
+    _tiered(_lrn_across_backward, numpy_references.lrn_across_backward, beta,
+            (xs, ys, sc, gs, n_img, channels, plane, size, beta, ratio_value, out, ratio, accum))
+
+
+def _tiered(kernel, reference, beta, args):
+    """``kernel(*args)``; while it compiles in the background, ``reference(*args)`` where
+    ``beta`` is one of :data:`ROOT_BETAS` (others wait for the kernel)."""
     if beta in ROOT_BETAS:
-        call(_lrn_across_backward, numpy_references.lrn_across_backward, *args)
+        call(kernel, reference, *args)
     else:
-        _lrn_across_backward(*args)
+        kernel(*args)
 
 
 @njit(cache=True, nogil=True)

@@ -105,7 +105,7 @@ def ready(kernel, args):
     if kernel in _ready:
         return True
     job = _latest.get(kernel)
-    if job is not None and not job.done.is_set() and time.monotonic() - job.submitted < WAIT_SECONDS:
+    if job is not None and _running(job):
         return False  # the worker compiles it: no typing of the arguments on every call meanwhile
     with _lock:
         return _tier(kernel, tuple(kernel.typeof_pyval(a) for a in args))
@@ -165,11 +165,16 @@ def _tier(kernel, types):
         if _compiled(kernel, types) or _hand_over(kernel, types) is None:
             return _load(kernel, types)
         return False
-    if not job.done.is_set() and _worker[0] is not False:
-        if time.monotonic() - job.submitted < WAIT_SECONDS:
-            return False
+    if _running(job):
+        return False
+    if not job.done.is_set():
         _worker[0] = False  # a worker this slow is stuck: compile here from now on
     return _load(kernel, types)
+
+
+def _running(job):
+    """Whether the worker is still on ``job``, handed over less than WAIT_SECONDS ago."""
+    return not job.done.is_set() and _worker[0] is not False and time.monotonic() - job.submitted < WAIT_SECONDS
 
 
 def _load(kernel, types):
