@@ -49,9 +49,10 @@ import numpy as np
 from numba import njit
 
 from .simd import WIDE, prefetch, prefetch_to_write, vadd, vdiv, vfull, vload, vload_even_swizzled, vmul, vramp, \
-    vsplat, vstore, vsub, vtranspose, vunswizzle, vwhere_gt, wfull, whalves, wload, wload_even, wload_even_rows, \
-    wload_rows, wpick, wpick2, wramp, wramp_rows, wsplat
+    vrelu, vsplat, vstore, vsub, vtranspose, vunswizzle, vwhere_gt, wfull, whalves, wload, wload_even, \
+    wload_even_rows, wload_rows, wpermute2, wpick, wpick2, wramp, wramp_rows, wsplat
 from . import numpy_references
+from .relu import relu_forward
 from .tiered import call, ready
 
 _LOWEST = np.float32(-3.4028234663852886e38)  # -FLT_MAX, where Caffe's max pooling starts
@@ -80,7 +81,8 @@ def window_taps(height, width, kh, kw, ph, pw, sh, sw, out_h, out_w):
     offsets = rows * width + np.repeat(np.tile(left, out_h), counts) + t % np.maximum(columns, 1)
     return starts, offsets, sizes, _covering_outputs(starts, offsets, height * width), \
         _plane_picks(height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, sizes), \
-        _pair_picks(height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, sizes)
+        _pair_picks(height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, sizes), \
+        _row_picks(height, width, kw, ph, pw, sh, sw, out_h, out_w)
 
 
 def _chunk_windows(height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, sizes, per):
@@ -139,6 +141,25 @@ def _pair_picks(height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, sizes):
                                                                sizes, per)
     picks = np.where(inside, 16 * second + columns, 32).astype(np.int32)
     return picks.reshape(-1), (rows * width + columns).astype(np.float32).reshape(-1), lane_sizes, per
+
+
+def _row_picks(height, width, kw, ph, pw, sh, sw, out_h, out_w):
+    """Single rows by window rows (max pooling; the planes :func:`_pair_picks` takes one row a
+    vector: at most 32 wide with rows of at most 16 outputs, not both at most 16 wide and 8
+    outputs): ``picks[kx * 16 + l]``, the column of an input row that tap kx of output column l
+    reads, clamped into the image (a column outside it repeats the nearest inside one, which is
+    in the same window and next to the clamped taps in window order, so that it wins nothing
+    the inside one does not: see :func:`_max_single_rows`), and the same columns as float32.
+    None for other planes, and where a last window lies wholly past the image's right or bottom
+    edge (no padding and a stride above the window: Caffe gives it -FLT_MAX and -1, which
+    clamping would fill)."""
+    if width > 32 or out_w > 16 or (width <= 16 and out_w <= 8):
+        return None
+    if (out_w - 1) * sw - pw >= width or (out_h - 1) * sh - ph >= height:
+        return None
+    columns = np.clip(np.arange(16)[None, :] * sw - pw + np.arange(kw)[:, None], 0, width - 1)
+    columns[:, out_w:] = 0
+    return columns.astype(np.int32).reshape(-1), columns.astype(np.float32).reshape(-1)
 
 
 def _covering_outputs(starts, offsets, in_plane):
@@ -665,30 +686,40 @@ def _window_kernel(kernels, kh, kw):
     return kernels[2], (kh, kw)
 
 
-def _small_planes(x, planes, height, width, kh, kw, ph, sh, out_h, out_w, taps, y, mask, average):
-    """(kernel, arguments) one plane a vector, by row pairs or by single rows (AVX-512) where
-    the planes are small enough, else None."""
+def _small_planes(x, planes, height, width, kh, kw, ph, sh, out_h, out_w, taps, y, mask, average, relu):
+    """(kernel, arguments) one plane a vector, by single rows by window rows (max pooling) or by
+    row pairs (AVX-512) where the planes are small enough, else None. These kernels apply a
+    ReLU fused after the pooling (``relu``) as they store y."""
     if PLANE_VECTORS and taps[4] is not None:
         picks, positions, sizes = taps[4]
         if average:
-            return _ave_pool_plane_vectors, (x, planes, height, width, out_h, out_w, picks, sizes, y, PLANE_AHEAD)
+            return _ave_pool_plane_vectors, (x, planes, height, width, out_h, out_w, picks, sizes, y, PLANE_AHEAD,
+                                             relu)
         return (_max_pool_plane_vectors,
-                (x, planes, height, width, out_h, out_w, picks, positions, y, mask, PLANE_AHEAD))
+                (x, planes, height, width, out_h, out_w, picks, positions, y, mask, PLANE_AHEAD, relu))
+    if ROW_PAIRS and not average and taps[6] is not None:
+        kernel, window = _window_kernel(_SINGLE_ROWS, kh, kw)
+        picks, positions = taps[6]
+        return kernel, (x, planes, height, width, *window, ph, sh, out_h, out_w, 1, picks, positions, y, mask,
+                        PLANE_AHEAD, relu)
     if ROW_PAIRS and taps[5] is not None:
         picks, positions, sizes, per = taps[5]
         kernel, window = _window_kernel(_ROW_PAIRS[average], kh, kw)
         tables = (sizes, y) if average else (positions, y, mask)
-        return kernel, (x, planes, height, width, *window, ph, sh, out_h, out_w, per, picks, *tables, PLANE_AHEAD)
+        return kernel, (x, planes, height, width, *window, ph, sh, out_h, out_w, per, picks, *tables, PLANE_AHEAD,
+                        relu)
     return None
 
 
-def max_pool_forward(x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, taps, y, mask):
+def max_pool_forward(x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, taps, y, mask, relu=False):
     """y and mask (flat argmax index into H*W, as float) hold planes*out_h*out_w values;
-    ``taps`` is :func:`window_taps` of this geometry. Small planes go one plane a vector or by
-    row pairs (AVX-512), rows of 6 or more outputs at stride 1 or 2 by rows, the others by plane
-    lanes; while that kernel compiles in the background (:mod:`.tiered`), by
-    :func:`.numpy_references.max_pool_caffe`."""
-    kernel, args = (_small_planes(x, planes, height, width, kh, kw, ph, sh, out_h, out_w, taps, y, mask, False)
+    ``taps`` is :func:`window_taps` of this geometry; with ``relu``, y then goes through a ReLU
+    (:func:`~.relu.relu_forward`'s rule; the mask is unchanged). Small planes go one plane a
+    vector, by single rows or by row pairs (AVX-512; the ReLU applied as y is stored), rows of 6
+    or more outputs at stride 1 or 2 by rows, the others by plane lanes; while that kernel
+    compiles in the background (:mod:`.tiered`), by :func:`.numpy_references.max_pool_caffe`."""
+    small = _small_planes(x, planes, height, width, kh, kw, ph, sh, out_h, out_w, taps, y, mask, False, relu)
+    kernel, args = (small
                     or _by_rows(x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, y, mask, False)
                     or _by_plane_lanes(((_max_pool_lanes_2x2, _max_pool_lanes_2x2_wide),
                                         (_max_pool_lanes_3x3, _max_pool_lanes_3x3_wide)),
@@ -696,16 +727,21 @@ def max_pool_forward(x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, ou
                                        x, planes, height, width, kh, kw, taps[:2], y, mask))
     if ready(kernel, args):
         kernel(*args)
+        relu = relu and small is None
     else:
         numpy_references.max_pool_caffe(x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, y, mask)
+    if relu:
+        relu_forward(y, y)
 
 
-def ave_pool_forward(x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, taps, y):
-    """y holds planes*out_h*out_w averages; ``taps`` is :func:`window_taps` of this geometry.
-    Small planes go one plane a vector or by row pairs (AVX-512), rows of 12 or more outputs at
-    stride 1 or 2 by rows, the others by plane lanes; while that kernel compiles in the
-    background (:mod:`.tiered`), by :func:`.numpy_references.ave_pool_caffe`."""
-    kernel, args = (_small_planes(x, planes, height, width, kh, kw, ph, sh, out_h, out_w, taps, y, y, True)
+def ave_pool_forward(x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, taps, y, relu=False):
+    """y holds planes*out_h*out_w averages; ``taps`` is :func:`window_taps` of this geometry;
+    ``relu`` as for :func:`max_pool_forward`. Small planes go one plane a vector or by row pairs
+    (AVX-512), rows of 12 or more outputs at stride 1 or 2 by rows, the others by plane lanes;
+    while that kernel compiles in the background (:mod:`.tiered`), by
+    :func:`.numpy_references.ave_pool_caffe`."""
+    small = _small_planes(x, planes, height, width, kh, kw, ph, sh, out_h, out_w, taps, y, y, True, relu)
+    kernel, args = (small
                     or _by_rows(x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, y, y, True)
                     or _by_plane_lanes(((_ave_pool_lanes_2x2, _ave_pool_lanes_2x2_wide),
                                         (_ave_pool_lanes_3x3, _ave_pool_lanes_3x3_wide)),
@@ -713,8 +749,11 @@ def ave_pool_forward(x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, ou
                                        x, planes, height, width, kh, kw, taps[:3], y))
     if ready(kernel, args):
         kernel(*args)
+        relu = relu and small is None
     else:
         numpy_references.ave_pool_caffe(x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, y)
+    if relu:
+        relu_forward(y, y)
 
 
 def _by_plane_lanes(constant, general, x, planes, height, width, kh, kw, tables, *outputs):
@@ -842,7 +881,13 @@ def _ave_pool_lanes_any_wide(x, planes, in_plane, width, kh, kw, starts, offsets
 # LeNet's pool1 0.31 -> 0.175 ms, CIFAR10-quick's 0.81 / 0.84 (its 13 MB input from memory:
 # both at the copy's speed). All bodies take one signature (see :func:`_pool_small_planes`).
 @njit(cache=True, nogil=True, inline='always')
-def _max_plane_vector(x, at, height, width, kh, kw, ph, sh, out_h, out_w, picks, positions, y, mask, o, per):
+def _top(v, relu):
+    """Outputs as stored in y: v, or v through the ReLU fused after the pooling (``relu``)."""
+    return vrelu(v) if relu else v
+
+
+@njit(cache=True, nogil=True, inline='always')
+def _max_plane_vector(x, at, height, width, kh, kw, ph, sh, out_h, out_w, picks, positions, y, mask, o, per, relu):
     """Plane x[at:at + 64]'s max pooling outputs into y[o:o + 16], argmaxes into mask."""
     v0, v1, v2, v3 = wload(x, at), wload(x, at + 16), wload(x, at + 32), wload(x, at + 48)
     lowest = wfull(_LOWEST)
@@ -851,24 +896,24 @@ def _max_plane_vector(x, at, height, width, kh, kw, ph, sh, out_h, out_w, picks,
         v = wpick(v0, v1, v2, v3, picks, t, lowest)
         index = vwhere_gt(v, best, wload(positions, t), index)
         best = vwhere_gt(v, best, v, best)
-    vstore(y, o, best)
+    vstore(y, o, _top(best, relu))
     vstore(mask, o, index)
 
 
 @njit(cache=True, nogil=True, inline='always')
-def _ave_plane_vector(x, at, height, width, kh, kw, ph, sh, out_h, out_w, picks, sizes, y, mask, o, per):
+def _ave_plane_vector(x, at, height, width, kh, kw, ph, sh, out_h, out_w, picks, sizes, y, mask, o, per, relu):
     """Plane x[at:at + 64]'s average pooling outputs into y[o:o + 16] (mask unused)."""
     v0, v1, v2, v3 = wload(x, at), wload(x, at + 16), wload(x, at + 32), wload(x, at + 48)
     zero = wfull(np.float32(0.0))
     total = zero
     for t in range(0, picks.size, 16):
         total = vadd(total, wpick(v0, v1, v2, v3, picks, t, zero))
-    vstore(y, o, vdiv(total, wload(sizes, 0)))
+    vstore(y, o, _top(vdiv(total, wload(sizes, 0)), relu))
 
 
 @njit(cache=True, nogil=True, inline='always')
 def _pool_small_planes(one_plane, masked, x, planes, height, width, kh, kw, ph, sh, out_h, out_w, per, reach, stored,
-                       picks, table, y, mask, ahead):
+                       picks, table, y, mask, ahead, relu):
     """Every plane through ``one_plane`` (one of the bodies above and below: ``table`` the
     argmax positions for max pooling, the window sizes for average pooling), which reads up to
     ``reach`` floats from a plane's first input and stores up to ``stored`` from its first
@@ -882,14 +927,14 @@ def _pool_small_planes(one_plane, masked, x, planes, height, width, kh, kw, ph, 
             for line in range(0, in_plane, 16):
                 prefetch(x, plane * in_plane + ahead + line)
         one_plane(x, plane * in_plane, height, width, kh, kw, ph, sh, out_h, out_w, picks, table, y, mask,
-                  plane * out_plane, per)
+                  plane * out_plane, per, relu)
         plane += 1
     xs = np.zeros(max(reach, in_plane), np.float32)
     ys, ms = np.empty(max(stored, out_plane), np.float32), np.empty(max(stored, out_plane), np.float32)
     for plane in range(plane, planes):
         for i in range(in_plane):
             xs[i] = x[plane * in_plane + i]
-        one_plane(xs, 0, height, width, kh, kw, ph, sh, out_h, out_w, picks, table, ys, ms, 0, per)
+        one_plane(xs, 0, height, width, kh, kw, ph, sh, out_h, out_w, picks, table, ys, ms, 0, per, relu)
         for o in range(out_plane):
             y[plane * out_plane + o] = ys[o]
             if masked:
@@ -897,15 +942,15 @@ def _pool_small_planes(one_plane, masked, x, planes, height, width, kh, kw, ph, 
 
 
 @njit(cache=True, nogil=True)
-def _max_pool_plane_vectors(x, planes, height, width, out_h, out_w, picks, positions, y, mask, ahead):
+def _max_pool_plane_vectors(x, planes, height, width, out_h, out_w, picks, positions, y, mask, ahead, relu):
     _pool_small_planes(_max_plane_vector, True, x, planes, height, width, 0, 0, 0, 0, out_h, out_w, 4, 64, 16,
-                       picks, positions, y, mask, ahead)
+                       picks, positions, y, mask, ahead, relu)
 
 
 @njit(cache=True, nogil=True)
-def _ave_pool_plane_vectors(x, planes, height, width, out_h, out_w, picks, sizes, y, ahead):
+def _ave_pool_plane_vectors(x, planes, height, width, out_h, out_w, picks, sizes, y, ahead, relu):
     _pool_small_planes(_ave_plane_vector, False, x, planes, height, width, 0, 0, 0, 0, out_h, out_w, 4, 64, 16,
-                       picks, sizes, y, y, ahead)
+                       picks, sizes, y, y, ahead, relu)
 
 
 @njit(cache=True, nogil=True, inline='always')
@@ -926,7 +971,7 @@ def _window_rows(x, at, c, ky, height, width, ph, sh, per):
 
 
 @njit(cache=True, nogil=True, inline='always')
-def _max_row_pairs(x, at, height, width, kh, kw, ph, sh, out_h, out_w, picks, positions, y, mask, o, per):
+def _max_row_pairs(x, at, height, width, kh, kw, ph, sh, out_h, out_w, picks, positions, y, mask, o, per, relu):
     lowest = wfull(_LOWEST)
     for c in range((out_h + per - 1) // per):
         best, index = lowest, wfull(np.float32(-1.0))
@@ -937,12 +982,12 @@ def _max_row_pairs(x, at, height, width, kh, kw, ph, sh, out_h, out_w, picks, po
                 v = wpick2(va, vb, picks, k, lowest)
                 index = vwhere_gt(v, best, wload(positions, k), index)
                 best = vwhere_gt(v, best, v, best)
-        vstore(y, o + per * c * out_w, best)
+        vstore(y, o + per * c * out_w, _top(best, relu))
         vstore(mask, o + per * c * out_w, index)
 
 
 @njit(cache=True, nogil=True, inline='always')
-def _ave_row_pairs(x, at, height, width, kh, kw, ph, sh, out_h, out_w, picks, sizes, y, mask, o, per):
+def _ave_row_pairs(x, at, height, width, kh, kw, ph, sh, out_h, out_w, picks, sizes, y, mask, o, per, relu):
     zero = wfull(np.float32(0.0))
     for c in range((out_h + per - 1) // per):
         total = zero
@@ -950,59 +995,134 @@ def _ave_row_pairs(x, at, height, width, kh, kw, ph, sh, out_h, out_w, picks, si
             va, vb = _window_rows(x, at, c, ky, height, width, ph, sh, per)
             for kx in range(kw):
                 total = vadd(total, wpick2(va, vb, picks, 16 * ((c * kh + ky) * kw + kx), zero))
-        vstore(y, o + per * c * out_w, vdiv(total, wload(sizes, 16 * c)))
+        vstore(y, o + per * c * out_w, _top(vdiv(total, wload(sizes, 16 * c)), relu))
 
 
 @njit(cache=True, nogil=True, inline='always')
 def _pool_row_pairs(one_plane, masked, x, planes, height, width, kh, kw, ph, sh, out_h, out_w, per, picks, table, y,
-                    mask, ahead):
+                    mask, ahead, relu):
     """:func:`_pool_small_planes` by row pairs (``per`` 2) or single rows (1): the last row
     loaded from its first column (32 floats for single rows), the last chunk's lanes stored
     from its first output."""
     _pool_small_planes(one_plane, masked, x, planes, height, width, kh, kw, ph, sh, out_h, out_w, per,
                        (height - 1) * width + 48 - 16 * per, per * ((out_h - 1) // per) * out_w + 16, picks, table, y,
-                       mask, ahead)
+                       mask, ahead, relu)
 
 
 # Row-pair kernels: 3 x 3 and 2 x 2 windows compiled as constants (their tap loops unroll;
 # CIFAR10-quick's pool2 forward alone 0.142 -> 0.087 ms), else any window; each compiled on
 # first use.
 @njit(cache=True, nogil=True)
-def _max_pool_row_pairs_3x3(x, planes, height, width, ph, sh, out_h, out_w, per, picks, positions, y, mask, ahead):
+def _max_pool_row_pairs_3x3(x, planes, height, width, ph, sh, out_h, out_w, per, picks, positions, y, mask, ahead,
+                            relu):
     _pool_row_pairs(_max_row_pairs, True, x, planes, height, width, 3, 3, ph, sh, out_h, out_w, per, picks, positions,
-                    y, mask, ahead)
+                    y, mask, ahead, relu)
 
 
 @njit(cache=True, nogil=True)
-def _max_pool_row_pairs_2x2(x, planes, height, width, ph, sh, out_h, out_w, per, picks, positions, y, mask, ahead):
+def _max_pool_row_pairs_2x2(x, planes, height, width, ph, sh, out_h, out_w, per, picks, positions, y, mask, ahead,
+                            relu):
     _pool_row_pairs(_max_row_pairs, True, x, planes, height, width, 2, 2, ph, sh, out_h, out_w, per, picks, positions,
-                    y, mask, ahead)
+                    y, mask, ahead, relu)
 
 
 @njit(cache=True, nogil=True)
 def _max_pool_row_pairs_any(x, planes, height, width, kh, kw, ph, sh, out_h, out_w, per, picks, positions, y, mask,
-                            ahead):
+                            ahead, relu):
     _pool_row_pairs(_max_row_pairs, True, x, planes, height, width, kh, kw, ph, sh, out_h, out_w, per, picks, positions,
-                    y, mask, ahead)
+                    y, mask, ahead, relu)
 
 
 @njit(cache=True, nogil=True)
-def _ave_pool_row_pairs_3x3(x, planes, height, width, ph, sh, out_h, out_w, per, picks, sizes, y, ahead):
+def _ave_pool_row_pairs_3x3(x, planes, height, width, ph, sh, out_h, out_w, per, picks, sizes, y, ahead, relu):
     _pool_row_pairs(_ave_row_pairs, False, x, planes, height, width, 3, 3, ph, sh, out_h, out_w, per, picks, sizes,
-                    y, y, ahead)
+                    y, y, ahead, relu)
 
 
 @njit(cache=True, nogil=True)
-def _ave_pool_row_pairs_2x2(x, planes, height, width, ph, sh, out_h, out_w, per, picks, sizes, y, ahead):
+def _ave_pool_row_pairs_2x2(x, planes, height, width, ph, sh, out_h, out_w, per, picks, sizes, y, ahead, relu):
     _pool_row_pairs(_ave_row_pairs, False, x, planes, height, width, 2, 2, ph, sh, out_h, out_w, per, picks, sizes,
-                    y, y, ahead)
+                    y, y, ahead, relu)
 
 
 @njit(cache=True, nogil=True)
-def _ave_pool_row_pairs_any(x, planes, height, width, kh, kw, ph, sh, out_h, out_w, per, picks, sizes, y, ahead):
+def _ave_pool_row_pairs_any(x, planes, height, width, kh, kw, ph, sh, out_h, out_w, per, picks, sizes, y, ahead, relu):
     _pool_row_pairs(_ave_row_pairs, False, x, planes, height, width, kh, kw, ph, sh, out_h, out_w, per, picks, sizes,
-                    y, y, ahead)
+                    y, y, ahead, relu)
 
+
+# Single rows by window rows (max pooling): each input row's window-row maxima over the kw
+# column taps, sixteen outputs a vector, then each output row's over its kh window rows; an
+# input row two output rows share (stride kh - 1) is reduced once.
+@njit(cache=True, nogil=True, inline='always')
+def _window_row_max(x, at, row, width, kw, picks, positions, p0, p1, p2, lowest):
+    """For input row ``row`` of the plane at x[at:]: each lane's largest tap over its window's kw
+    columns (at least -FLT_MAX: a NaN or a value not above it is no winner) and that tap's
+    in-plane offset, the first of equal ones in window order. p0 .. p2: the first three taps'
+    columns (``positions``' first vectors, loaded once a plane)."""
+    first = at + row * width
+    va, vb = wload(x, first), wload(x, first + 16)
+    v = wpermute2(va, vb, picks, 0)
+    best, index = vwhere_gt(v, lowest, v, lowest), p0
+    for kx in range(1, kw):
+        v = wpermute2(va, vb, picks, 16 * kx)
+        column = p1 if kx == 1 else p2 if kx == 2 else wload(positions, 16 * kx)
+        index = vwhere_gt(v, best, column, index)
+        best = vwhere_gt(v, best, v, best)
+    return best, vadd(index, wfull(np.float32(row * width)))
+
+
+@njit(cache=True, nogil=True, inline='always')
+def _max_single_rows(x, at, height, width, kh, kw, ph, sh, out_h, out_w, picks, positions, y, mask, o, per,
+                     relu):
+    """Plane x[at:]'s max pooling, one output row a vector (``per`` 1): Caffe's first maximum in
+    row-major window order is the first maximum over the window rows, in order, of each row's
+    first maximum (strict > at both steps). Rows outside the image repeat the nearest inside
+    row (in the window, next to the clamped ones), as :func:`_row_picks` repeats columns: a
+    repeat never wins. A window whose largest tap is not above -FLT_MAX gives -FLT_MAX and -1,
+    as Caffe's loop starting there. A window's first row, where it is the last row of the
+    window before (stride kh - 1), is not reduced again."""
+    lowest = wfull(_LOWEST)
+    p0, p1, p2 = wload(positions, 0), wload(positions, 16 * min(1, kw - 1)), wload(positions, 16 * min(2, kw - 1))
+    last = -1
+    last_best = last_index = lowest
+    for c in range(out_h):
+        row = _clamped_row(c * sh - ph, height)
+        if row != last:
+            last_best, last_index = _window_row_max(x, at, row, width, kw, picks, positions, p0, p1, p2, lowest)
+        best, index = last_best, last_index
+        for ky in range(1, kh):
+            row = _clamped_row(c * sh - ph + ky, height)
+            last_best, last_index = _window_row_max(x, at, row, width, kw, picks, positions, p0, p1, p2, lowest)
+            index = vwhere_gt(last_best, best, last_index, index)
+            best = vwhere_gt(last_best, best, last_best, best)
+        last = row
+        vstore(y, o + c * out_w, _top(best, relu))
+        vstore(mask, o + c * out_w, vwhere_gt(best, lowest, index, wfull(np.float32(-1.0))))
+
+
+@njit(cache=True, nogil=True)
+def _max_pool_single_rows_3x3(x, planes, height, width, ph, sh, out_h, out_w, per, picks, positions, y, mask, ahead,
+                              relu):
+    _pool_row_pairs(_max_single_rows, True, x, planes, height, width, 3, 3, ph, sh, out_h, out_w, per, picks,
+                    positions, y, mask, ahead, relu)
+
+
+@njit(cache=True, nogil=True)
+def _max_pool_single_rows_2x2(x, planes, height, width, ph, sh, out_h, out_w, per, picks, positions, y, mask, ahead,
+                              relu):
+    _pool_row_pairs(_max_single_rows, True, x, planes, height, width, 2, 2, ph, sh, out_h, out_w, per, picks,
+                    positions, y, mask, ahead, relu)
+
+
+@njit(cache=True, nogil=True)
+def _max_pool_single_rows_any(x, planes, height, width, kh, kw, ph, sh, out_h, out_w, per, picks, positions, y, mask,
+                              ahead, relu):
+    _pool_row_pairs(_max_single_rows, True, x, planes, height, width, kh, kw, ph, sh, out_h, out_w, per, picks,
+                    positions, y, mask, ahead, relu)
+
+
+_SINGLE_ROWS = (_max_pool_single_rows_2x2, _max_pool_single_rows_3x3, _max_pool_single_rows_any)
 
 _ROW_PAIRS = {False: (_max_pool_row_pairs_2x2, _max_pool_row_pairs_3x3, _max_pool_row_pairs_any),
               True: (_ave_pool_row_pairs_2x2, _ave_pool_row_pairs_3x3, _ave_pool_row_pairs_any)}  # by ``average``

@@ -25,7 +25,7 @@ from numba.extending import intrinsic, models, register_model
 __all__ = ['vload', 'vload_even_swizzled', 'vunswizzle', 'vstore', 'vsplat', 'vfull', 'vramp', 'vzero', 'vfma', 'vadd',
            'vsub', 'vmul', 'vdiv', 'vwhere_gt', 'vrelu', 'vtranspose', 'prefetch', 'prefetch_to_write', 'WIDTH',
            'wload', 'wload_even', 'wload_rows', 'wload_even_rows', 'wramp_rows', 'whalves', 'wstore', 'wsplat', 'wfull',
-           'wramp', 'wzero', 'wpick', 'wpick2', 'WIDE']
+           'wramp', 'wzero', 'wpick', 'wpick2', 'wpermute2', 'WIDE']
 
 WIDTH = 8
 _VECTOR = ir.VectorType(ir.FloatType(), WIDTH)
@@ -334,6 +334,18 @@ def wpick2(typingctx, v0, v1, picks, index, outside):
     if not (isinstance(picks, types.Array) and picks.dtype == types.int32):
         return None
     return float32x16(v0, v1, picks, index, outside), codegen
+
+
+@intrinsic
+def wpermute2(typingctx, v0, v1, picks, index):
+    """:func:`wpick2` where every pick is below 32: the permute alone."""
+    def codegen(context, builder, sig, args):
+        pointer = _element_pointer(context, builder, sig.args[2], args[2], args[3])
+        lanes = builder.load(builder.bitcast(pointer, _WIDE_INDEX.as_pointer()), align=4)
+        return builder.call(_permute(builder), [args[0], lanes, args[1]])
+    if not (isinstance(picks, types.Array) and picks.dtype == types.int32):
+        return None
+    return float32x16(v0, v1, picks, index), codegen
 
 
 @intrinsic

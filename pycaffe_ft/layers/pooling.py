@@ -106,23 +106,23 @@ class PoolingLayer(Layer):
             mask = top[1].data if len(top) > 1 else self._mask
 
             def images(lo, hi):
-                K.max_pool_forward(*self._geometry(x, lo, hi), y[lo:hi].reshape(-1), mask[lo:hi].reshape(-1))
-                self.relu_on_top_of(y[lo:hi])
+                K.max_pool_forward(*self._geometry(x, lo, hi), y[lo:hi].reshape(-1), mask[lo:hi].reshape(-1),
+                                   self.relu_on_top)
             for_images(images, x.shape[0], x[0].size, SERIAL_BELOW)
         else:
             x, y = bottom[0].data, top[0].data
 
             def images(lo, hi):
-                K.ave_pool_forward(*self._geometry(x, lo, hi), y[lo:hi].reshape(-1))
-                self.relu_on_top_of(y[lo:hi])
+                K.ave_pool_forward(*self._geometry(x, lo, hi), y[lo:hi].reshape(-1), self.relu_on_top)
             for_images(images, x.shape[0], x[0].size, SERIAL_BELOW)
 
     fuses_relu_backward = True  # every method overwrites the bottom diff (see Layer)
 
     @property
     def fuses_relu(self):
-        """MAX and AVE pooling apply a following in-place ReLU to each range of images while
-        its outputs are in cache (see Layer.fuses_relu); the argmax mask is unchanged."""
+        """MAX and AVE pooling apply a following in-place ReLU as the small-plane kernels store
+        their outputs, else to each range of images while its outputs are in cache (see
+        Layer.fuses_relu); the argmax mask is unchanged."""
         return self.method in (_P.MAX, _P.AVE)
 
     def _geometry(self, x, lo, hi):

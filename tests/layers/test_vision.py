@@ -143,7 +143,7 @@ def _pool_backward_reference(dy, x_shape, k, s, p, method, mask):
                          ids=['default', 'rows', 'plane-lanes', 'plane-vectors', 'row-pairs', 'reference'])
 def test_max_and_ave_pooling_match_caffes_definition_bit_for_bit(rows_from, sixteen, monkeypatch):
     """Random geometries (pads, strides, windows clipped at the edges or empty) and inputs with
-    ties, negative zeros and infinities: both ways through the planes give Caffe's bits, forward
+    ties, negative zeros, infinities, -FLT_MAX and NaN: both ways through the planes give Caffe's bits, forward
     and backward. By rows (stride 1 or 2; vector blocks of 8 outputs, the last one overlapping,
     rows shorter than 8 in one block whose spare lanes the next row overwrites, edge windows
     masked lane by lane, rows whose loads or stores would leave the array one by one) and by
@@ -153,8 +153,9 @@ def test_max_and_ave_pooling_match_caffes_definition_bit_for_bit(rows_from, sixt
     outputs, rows of up to eight two a sixteen-lane vector, eight planes a vector) and of
     sixteen (every row in blocks of sixteen, rows shorter than that too; sixteen planes a
     vector); and the small-plane ways, AVX-512 only: one plane a vector (planes of at most 64
-    inputs and 16 outputs) and row pairs (planes at most 16 wide, rows of at most 8 outputs;
-    here also where one plane a vector would go), the layer's default where they apply, so the
+    inputs and 16 outputs), row pairs (planes at most 16 wide, rows of at most 8 outputs;
+    here also where one plane a vector would go) and, for max pooling, single rows by window
+    rows (planes at most 32 wide, rows of at most 16 outputs), the layer's default where they apply, so the
     forced ways above turn them off; planes whose vectors would read or store past the arrays go
     through a scratch plane. And the forward's references (Caffe's loops, run while the vector
     kernels compile in the background; one parametrization, as they have no lanes)."""
@@ -189,6 +190,8 @@ def test_max_and_ave_pooling_match_caffes_definition_bit_for_bit(rows_from, sixt
         x[x == 0] = np.float32(-0.0) if trial % 3 == 0 else np.float32(0.0)
         if trial % 4 == 0:
             x.reshape(-1)[rng.integers(0, x.size, 3)] = (np.inf, -np.inf, np.float32(-3.4028234663852886e38))
+        if trial % 4 == 1:  # a NaN never wins a max (Caffe compares with >) and makes its averages NaN
+            x.reshape(-1)[rng.integers(0, x.size, 2)] = np.nan
         for method in ('MAX', 'AVE'):
             layer, bottom, top = make_layer('type: "Pooling" pooling_param { pool: %s kernel_size: %d '
                                             'stride: %d pad: %d }' % (method, k, s, p), 1)

@@ -1,0 +1,48 @@
+"""The pooling kernels' ways through the planes that the layer tests do not pick out: max
+pooling by single rows by window rows, and the ReLU the small-plane kernels apply as they
+store. (Every way against Caffe's definition: tests/layers/test_vision.py; against the NumPy
+references, NaN included: test_numpy_references.py.)"""
+import numpy as np
+import pytest
+
+from pycaffe_ft.kernels import pooling
+from pycaffe_ft.kernels.relu import relu_forward
+
+from .test_numpy_references import POOLS, _Bits, _pool_case
+
+SINGLE_ROWS = [(24, 24, 2, 0, 2), (32, 32, 3, 0, 2), (12, 17, 2, 0, 1), (9, 29, 5, 2, 2), (11, 26, 3, 2, 3)]
+"""(H, W, kernel, pad, stride): window rows shared by stride kh - 1 or not, windows clipped by
+pads and strides; all in POOLS, so that the references test them."""
+
+
+@pytest.mark.skipif(not pooling.WIDE, reason='single rows by window rows: AVX-512 only')
+@pytest.mark.parametrize('geometry', SINGLE_ROWS)
+def test_max_pooling_of_rows_up_to_sixteen_goes_by_window_rows(geometry):
+    assert geometry in POOLS
+    planes, x, args = _pool_case(geometry, 0)
+    y = np.empty(planes * args[-2] * args[-1], np.float32)
+    kernel, _ = pooling._small_planes(x, planes, *args[:5], args[6], *args[8:], pooling.window_taps(*args), y,
+                                      y.copy(), False, False)
+    assert kernel in pooling._SINGLE_ROWS
+
+
+@pytest.mark.parametrize('method', ['MAX', 'AVE'])
+@pytest.mark.parametrize('geometry', POOLS)
+def test_a_fused_relu_gives_the_bits_of_its_own_pass(geometry, method):
+    """``relu=True``: y as the pooling and then :func:`relu_forward` give it (NaN kept, every
+    value not above 0 and -FLT_MAX made +0), the argmax mask unchanged; whichever way the
+    geometry takes (small planes apply it as they store, the others after)."""
+    planes, x, args = _pool_case(geometry, 1)
+    taps = pooling.window_taps(*args)
+    size = planes * args[-2] * args[-1]
+    results = []
+    for relu in (False, True):
+        y, mask = np.full(size, np.float32(-1.25e-38)), np.full(size, np.float32(-1.25e-38))
+        if method == 'MAX':
+            pooling.max_pool_forward(x, planes, *args, taps, y, mask, relu)
+        else:
+            pooling.ave_pool_forward(x, planes, *args, taps, y, relu)
+        results.append((y, mask))
+    (plain, plain_mask), (fused, fused_mask) = results
+    relu_forward(plain, plain)
+    assert (plain <= 0).any() and _Bits(fused) == _Bits(plain) and _Bits(fused_mask) == _Bits(plain_mask)
