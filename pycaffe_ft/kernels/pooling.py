@@ -17,7 +17,10 @@ Four ways through the planes:
   pool2, AlexNet's pool5) by **row pairs**, two output rows a vector and each tap one pick
   from the two input rows it reads (``wpick2``), and planes at most 32 wide with rows of at most
   16 outputs (LeNet's pool1, CIFAR10-quick's pool1) by **single rows**, each tap one pick from
-  the two halves of its input row. See :func:`_pool_small_planes`.
+  the two halves of its input row; max pooling there by **window rows**: each input row's
+  maxima over the window's columns, then each output row's over its window rows, a row two
+  windows share reduced once (:func:`_max_single_rows`). See :func:`_pool_small_planes`. These
+  kernels apply a ReLU fused after the pooling as they store.
 - **Rows** (forward, stride 1 or 2, output rows of ``ROWS_MIN_WIDTH`` or more: 6 for max, 12
   for average pooling): eight outputs of one row are the lanes of a vector, sixteen with
   AVX-512 on rows of ``SIXTEEN_FROM`` (9) or more (a shorter row: one block whose spare lanes
@@ -879,7 +882,10 @@ def _ave_pool_lanes_any_wide(x, planes, in_plane, width, kh, kw, starts, offsets
 # row's two sixteen-float halves the two loads: hot, LeNet's pool1 0.153 -> 0.085 ms,
 # CIFAR10-quick's pool1 0.73 -> 0.50 (average twin 0.88 -> 0.35); in-net, passes alternated,
 # LeNet's pool1 0.31 -> 0.175 ms, CIFAR10-quick's 0.81 / 0.84 (its 13 MB input from memory:
-# both at the copy's speed). All bodies take one signature (see :func:`_pool_small_planes`).
+# both at the copy's speed). Max pooling by window rows instead (below), in-net, alternated with
+# the code before: CIFAR10-quick's pool1 1.25-1.61 -> 0.70-0.99 ms (with its ReLU now fused
+# into the stores), LeNet's 0.145-0.150 -> 0.124. All bodies take one signature (see
+# :func:`_pool_small_planes`).
 @njit(cache=True, nogil=True, inline='always')
 def _top(v, relu):
     """Outputs as stored in y: v, or v through the ReLU fused after the pooling (``relu``)."""
@@ -1053,7 +1059,12 @@ def _ave_pool_row_pairs_any(x, planes, height, width, kh, kw, ph, sh, out_h, out
 
 # Single rows by window rows (max pooling): each input row's window-row maxima over the kw
 # column taps, sixteen outputs a vector, then each output row's over its kh window rows; an
-# input row two output rows share (stride kh - 1) is reduced once.
+# input row two output rows share (stride kh - 1) is reduced once, and no tap needs the select
+# of an outside value (3 x 3 windows at stride 2: 22 compares, maxima and selects an output row
+# where the taps one by one took 36). CIFAR10-quick's pool1 alone, one thread, its input just
+# written and its outputs evicted, alternated: 0.94-1.03 -> 0.59-0.76 ms, where a stream of its
+# bytes takes 0.56-0.65 (the taps one by one were bound by their instructions: as slow with the
+# arrays in L3).
 @njit(cache=True, nogil=True, inline='always')
 def _window_row_max(x, at, row, width, kw, picks, positions, p0, p1, p2, lowest):
     """For input row ``row`` of the plane at x[at:]: each lane's largest tap over its window's kw
