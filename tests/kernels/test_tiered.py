@@ -190,3 +190,32 @@ def test_a_run_waits_for_the_worker_of_a_run_still_compiling_into_its_cache(tmp_
     finally:
         holder.kill()
         holder.wait()
+
+
+TAKE_OVER = '''
+import json
+import numpy as np
+from pycaffe_ft.kernels import relu, small_gemm, tiered
+f = np.zeros(64, np.float32)
+first, gemm_args = small_gemm.batched_gemm_reference, (f, 0, 0, 4, 1, f, 0, 0, 4, f, 0, 0, 4, 1, 4, 4, 4)
+tiered.ahead(first, gemm_args)  # the worker starts, then compiles this for a second or more
+tiered.ahead(relu.relu_backward, (f, f, f))
+later = tiered._ahead[relu.relu_backward][0]
+tiered.await_ahead(first)  # meanwhile this process compiles the later one
+taken = later.taken and relu.relu_backward in tiered._ready
+here = sum(relu.relu_backward.stats.cache_misses.values())
+assert tiered.ready(first, gemm_args)
+print(json.dumps({'taken': taken, 'here': here, 'first': [sum(first.stats.cache_misses.values()),
+                                                          sum(first.stats.cache_hits.values())]}))
+'''
+
+
+def test_a_process_waiting_for_the_worker_compiles_the_last_ahead_compile_it_has_not_started(tmp_path):
+    """While the backward waits for an ahead compile the worker has not finished, this process
+    compiles the last one handed after it (the worker takes them in order, so it reaches that
+    one last): the two cores share the backward's compiles. The awaited kernel is then loaded
+    from the cache the worker wrote."""
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / 'cache'), **{tiered.ENV: '1'})
+    out = subprocess.run([sys.executable, '-c', TAKE_OVER], env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == {'taken': True, 'here': 1, 'first': [0, 1]}
