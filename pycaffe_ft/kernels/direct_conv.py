@@ -134,12 +134,14 @@ def direct_forward(x, num, channels, height_p, width_p, w, outputs, kh, kw, bias
 
     Kernel widths 5 and 3 run a version compiled with the width as a constant, so that the kx
     loop unrolls (one thread: LeNet's conv1 0.59 -> 0.45 ms, CIFAR10-quick's 7.3 -> 5.6 ms);
-    each version compiles on its first call only (a LeNet run compiles one). With ``wide``
-    (AVX-512) and output rows a multiple of 16, vectors of sixteen columns (the same bits; one
-    Sapphire Rapids core, alternated: CIFAR10-quick's conv1 5.3 -> 3.7 ms). LeNet's conv1 (24
-    columns, the last vector half shifted back) gained only 0.41 -> 0.37 ms, and compiling
-    the wide version beside the narrow one its conv2 needs cost 1.5 s of LeNet's cold start."""
-    kernels = _WIDE_FORWARD if wide and (width_p - kw + 1) % 16 == 0 else _FORWARD
+    each version compiles on its first call only. With ``wide`` (AVX-512) and output rows of
+    16 or more, vectors of sixteen columns, the last one of a row shifted back to end at its
+    edge (the same bits; one Sapphire Rapids core, alternated: CIFAR10-quick's conv1 5.3 -> 3.7
+    ms). LeNet's conv1 (24 columns) took the narrow kernel while compiling the wide one beside
+    the narrow one its conv2 needs cost 1.5 s of its cold start; since the worker compiles them
+    (:mod:`.tiered`) it takes the wide one (Zen 5, one thread, in-net, alternated: 0.47-0.48 ->
+    0.36-0.39 ms)."""
+    kernels = _WIDE_FORWARD if wide and (width_p - kw + 1) >= 16 else _FORWARD
     if kw in kernels:
         kernel, args = kernels[kw], (x, num, channels, height_p, width_p, w, outputs, kh, bias, use_bias, y, relu)
     else:
