@@ -728,13 +728,8 @@ def max_pool_forward(x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, ou
                                         (_max_pool_lanes_3x3, _max_pool_lanes_3x3_wide)),
                                        (_max_pool_lanes_any, _max_pool_lanes_any_wide),
                                        x, planes, height, width, kh, kw, taps[:2], y, mask))
-    if ready(kernel, args):
-        kernel(*args)
-        relu = relu and small is None
-    else:
-        numpy_references.max_pool_caffe(x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, y, mask)
-    if relu:
-        relu_forward(y, y)
+    _run_forward(kernel, args, small is not None, numpy_references.max_pool_caffe,
+                 (x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, y, mask), y, relu)
 
 
 def ave_pool_forward(x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, taps, y, relu=False):
@@ -750,11 +745,18 @@ def ave_pool_forward(x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, ou
                                         (_ave_pool_lanes_3x3, _ave_pool_lanes_3x3_wide)),
                                        (_ave_pool_lanes_any, _ave_pool_lanes_any_wide),
                                        x, planes, height, width, kh, kw, taps[:3], y))
+    _run_forward(kernel, args, small is not None, numpy_references.ave_pool_caffe,
+                 (x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, y), y, relu)
+
+
+def _run_forward(kernel, args, fuses_relu, reference, reference_args, y, relu):
+    """``kernel(*args)`` where :func:`.tiered.ready`, else ``reference(*reference_args)``; then,
+    with ``relu``, y through a ReLU pass unless the kernel that ran applied it (``fuses_relu``)."""
     if ready(kernel, args):
         kernel(*args)
-        relu = relu and small is None
+        relu = relu and not fuses_relu
     else:
-        numpy_references.ave_pool_caffe(x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, y)
+        reference(*reference_args)
     if relu:
         relu_forward(y, y)
 

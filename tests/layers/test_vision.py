@@ -143,8 +143,8 @@ def _pool_backward_reference(dy, x_shape, k, s, p, method, mask):
                          ids=['default', 'rows', 'plane-lanes', 'plane-vectors', 'row-pairs', 'reference'])
 def test_max_and_ave_pooling_match_caffes_definition_bit_for_bit(rows_from, sixteen, monkeypatch):
     """Random geometries (pads, strides, windows clipped at the edges or empty) and inputs with
-    ties, negative zeros, infinities, -FLT_MAX and NaN: both ways through the planes give Caffe's bits, forward
-    and backward. By rows (stride 1 or 2; vector blocks of 8 outputs, the last one overlapping,
+    ties, negative zeros, infinities, -FLT_MAX and NaN: both ways through the planes give
+    Caffe's bits, forward and backward. By rows (stride 1 or 2; vector blocks of 8 outputs, the last one overlapping,
     rows shorter than 8 in one block whose spare lanes the next row overwrites, edge windows
     masked lane by lane, rows whose loads or stores would leave the array one by one) and by
     eight planes at a time as lanes (6, 15 or 20 planes: full groups and partial ones): each
@@ -155,8 +155,8 @@ def test_max_and_ave_pooling_match_caffes_definition_bit_for_bit(rows_from, sixt
     vector); and the small-plane ways, AVX-512 only: one plane a vector (planes of at most 64
     inputs and 16 outputs), row pairs (planes at most 16 wide, rows of at most 8 outputs;
     here also where one plane a vector would go) and, for max pooling, single rows by window
-    rows (planes at most 32 wide, rows of at most 16 outputs), the layer's default where they apply, so the
-    forced ways above turn them off; planes whose vectors would read or store past the arrays go
+    rows (planes at most 32 wide, rows of at most 16 outputs), the layer's default where they
+    apply, so the forced ways above turn them off; planes whose vectors would read or store past the arrays go
     through a scratch plane. And the forward's references (Caffe's loops, run while the vector
     kernels compile in the background; one parametrization, as they have no lanes)."""
     from pycaffe_ft.kernels import pooling as kernels
