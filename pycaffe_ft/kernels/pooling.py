@@ -789,9 +789,13 @@ def max_pool_backward(dy, mask, planes, in_plane, out_plane, dx):
 
 @njit(cache=True, nogil=True)
 def _max_pool_backward(dy, mask, planes, in_plane, out_plane, dx):
-    """:func:`max_pool_backward`. The next plane's lines are fetched meanwhile (dx for
-    writing): in a net they are seldom in the caches (CIFAR10-quick's pool1 alone, inputs
-    evicted first: 2.2 -> 1.8 ms)."""
+    """:func:`max_pool_backward`, a plane at a time: its argmaxes made int32 in one vector pass
+    first (the scatter then loads each as an integer, where converting it there took two
+    instructions on the scatter's path: CIFAR10-quick's pool1, hot, 13.2 -> 10.3 us for 64
+    planes), its dx zeroed, then each dy added at its argmax in output order. The next plane's
+    lines are fetched meanwhile (dx for writing): in a net they are seldom in the caches
+    (CIFAR10-quick's pool1 alone, inputs evicted first: 2.2 -> 1.8 ms)."""
+    picks = np.empty(out_plane, np.int32)
     for plane in range(planes):
         in_base = plane * in_plane
         out_base = plane * out_plane
@@ -801,12 +805,15 @@ def _max_pool_backward(dy, mask, planes, in_plane, out_plane, dx):
             for line in range(0, out_plane, 16):
                 prefetch(dy, out_base + out_plane + line)
                 prefetch(mask, out_base + out_plane + line)
+        for p in range(out_plane):
+            picks[p] = np.int32(mask[np.uint64(out_base + p)])
         for p in range(in_plane):
             dx[np.uint64(in_base + p)] = 0.0
         for p in range(out_plane):
-            idx = int(mask[np.uint64(out_base + p)])
-            if idx >= 0:
-                dx[np.uint64(in_base + idx)] += dy[np.uint64(out_base + p)]
+            pick = picks[p]
+            if pick >= 0:
+                at = np.uint64(in_base + np.int64(pick))
+                dx[at] = dx[at] + dy[np.uint64(out_base + p)]
 
 
 @njit(cache=True, nogil=True, inline='always')
