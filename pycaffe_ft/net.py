@@ -229,6 +229,7 @@ class Net:
         self._relu_masked_by = [self._masks_relu_below(i) for i in range(len(self.layers))]
         self.output_ids = [name_to_id[n] for n in sorted(available)]
         self._build_flat_params()
+        self._overwritable = self._overwritable_diffs()
         if self.phase == caffe_pb2.TRAIN:  # the last layer first: the backward's order
             for layer, need_backward in reversed(list(zip(self.layers, self.layer_need_backward))):
                 for kernel, args in layer.backward_compiles() if need_backward else ():
@@ -603,8 +604,45 @@ class Net:
         for i, layer in enumerate(self.layers):
             layer.reshape(self.bottom_vecs[i], self.top_vecs[i])
 
-    def clear_param_diffs(self):
-        self.param_diff[...] = 0
+    def clear_param_diffs(self, overwrite_next=False):
+        """Zero every learnable param's diff (pycaffe's clear_param_diffs). With
+        ``overwrite_next`` (a solver, before its forward/backward passes) the diffs the next
+        backward writes whole (:meth:`Layer.overwritable_param_diffs`) are left to it: zeroing
+        them and reading the zeros back as it adds were a pass over memory each (AlexNet's fc
+        layers: 234 MB). A pass that ends before writing them zeroes them
+        (:meth:`settle_param_diffs`)."""
+        if not overwrite_next or not self._overwritable:
+            self.param_diff[...] = 0
+            for layer, _, _, _ in self._overwritable:
+                layer.param_diffs_to_overwrite.clear()
+            return
+        start = 0
+        for layer, j, lo, hi in self._overwritable:
+            self.param_diff[start:lo] = 0
+            layer.param_diffs_to_overwrite.add(j)
+            start = hi
+        self.param_diff[start:] = 0
+
+    def settle_param_diffs(self):
+        """Zero the diffs :meth:`clear_param_diffs` left to a backward that has not written
+        them (a pass that stopped early): after it, every diff holds what Caffe's would."""
+        for layer, j, lo, hi in self._overwritable:
+            if j in layer.param_diffs_to_overwrite:
+                self.param_diff[lo:hi] = 0
+                layer.param_diffs_to_overwrite.discard(j)
+
+    def _overwritable_diffs(self):
+        """[(layer, blob index, lo, hi)] in ``param_diff`` order: the learnable params whose
+        diff their layer's backward can write whole (see :meth:`clear_param_diffs`), used by
+        that layer alone and propagated to in every backward."""
+        users = collections.Counter(self.learnable_param_ids)
+        found = []
+        for net_pid, (layer_id, j) in enumerate(self._param_layer_indices):
+            lid, layer = self.learnable_param_ids[net_pid], self.layers[layer_id]
+            if (users[lid] == 1 and self.layer_need_backward[layer_id] and layer.param_propagate_down[j]
+                    and j in layer.overwritable_param_diffs()):
+                found.append((layer, j, int(self.param_offsets[lid]), int(self.param_offsets[lid + 1])))
+        return sorted(found, key=lambda entry: entry[2])
 
     def share_with(self, other):
         """Make this net's learnable params the same memory as ``other``'s (test nets)."""

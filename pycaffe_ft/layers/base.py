@@ -77,6 +77,7 @@ class Layer:
         self.blobs = []
         self.loss_weights = []
         self.param_propagate_down = []
+        self.param_diffs_to_overwrite = set()  # set by the Net (see overwritable_param_diffs)
         # Generator for fillers and random layers: reproducible after caffe.set_random_seed.
         self.rng = new_rng('layer', layer_param.name, layer_param.type)
         for bp in layer_param.blobs:  # blobs stored in the definition (e.g. a binary net)
@@ -151,6 +152,15 @@ class Layer:
         """Compute bottom diffs (overwrite) for bottoms with ``propagate_down[i]`` and
         *accumulate* param diffs for params with ``param_propagate_down[i]``."""
         raise self.error('backward is not implemented for this layer type (as in Caffe)')
+
+    def overwritable_param_diffs(self):
+        """Indexes of ``self.blobs`` whose diffs this layer's ``backward`` can write whole, not
+        add to, after the solver clears them: for each such index in
+        ``self.param_diffs_to_overwrite`` (which the Net fills before a solver's pass, and only
+        for blobs this layer alone uses and propagates to), the next ``backward`` must write that
+        diff (what adding to zeros would give), not read it, and discard the index. Default:
+        none."""
+        return ()
 
     def backward_compiles(self):
         """The kernel compiles this layer's first ``backward`` will need, as (kernel, args)

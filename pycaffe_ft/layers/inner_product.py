@@ -12,6 +12,15 @@ SPLIT_BELOW = 1 << 26
 """Multiply-adds per product below which the backward's two products (weight and bottom
 gradient) run whole, side by side, rather than each split over the threads in turn."""
 
+OVERWRITE_FROM = 1 << 21
+"""Weights from which a solver's backward writes the weight gradient whole after the clear
+(:meth:`InnerProductLayer.overwritable_param_diffs`) by :func:`_weight_gradient`, rather than
+adding it to zeros through BLAS: the clear's pass and BLAS's reading of the zeros back are
+skipped. Batch 16, caches evicted first, clear + BLAS against written whole: AlexNet's fc6
+(9216 -> 4096) 35.2 -> 16.3 ms on one thread, 24.5 -> 8.6 ms on two; fc7 15.8 -> 7.3 ms and
+fc8 3.3 -> 1.7 ms on one. Smaller layers keep BLAS (their clear is cheap, and the product's
+first compile would cost more than it saves)."""
+
 SIDE_BY_SIDE_FROM = 1 << 21
 """Multiply-adds per product below which the two run one after the other on this thread: two
 threads, LeNet's ip2 (64 x 500 -> 10, 0.3M) 21 us in turn against 55 side by side; CIFAR10-quick's
@@ -64,12 +73,19 @@ class InnerProductLayer(Layer):
         if self.bias_term:
             y += self.blobs[1].data
 
+    def overwritable_param_diffs(self):
+        """The weights' diff, where there are at least :data:`OVERWRITE_FROM` weights."""
+        return (0,) if self.num_output * self.k >= OVERWRITE_FROM else ()
+
     def backward(self, top, propagate_down, bottom):
         dy = top[0].diff.reshape(self.m, self.num_output)
         x = bottom[0].data.reshape(self.m, self.k)
         w = self.blobs[0].data
         products = []
-        if self.param_propagate_down[0]:  # accumulated in place (BLAS beta = 1)
+        if 0 in self.param_diffs_to_overwrite:
+            self.param_diffs_to_overwrite.discard(0)
+            _weight_gradient(x, dy, self.blobs[0].diff, self.transpose)
+        elif self.param_propagate_down[0]:  # accumulated in place (BLAS beta = 1)
             products.append((x.T, dy, self.blobs[0].diff, True) if self.transpose else
                             (dy.T, x, self.blobs[0].diff, True))
         if propagate_down[0]:
@@ -84,6 +100,22 @@ class InnerProductLayer(Layer):
                 matmul(a, b, out, accumulate=accumulate)
         if self.bias_term and self.param_propagate_down[1]:
             self.blobs[1].diff[...] += dy.sum(axis=0)
+
+
+def _weight_gradient(x, dy, dw, transpose):
+    """dw (num_output, K), or (K, num_output) with ``transpose``, = dy.T @ x (x.T @ dy),
+    written whole (see :data:`OVERWRITE_FROM`): :func:`~pycaffe_ft.kernels.small_gemm.batched_gemm`
+    over blocks of rows on the threads, each element one chain over the items (so the bits do
+    not depend on the split)."""
+    m = x.shape[0]
+    a, b = (x, dy) if transpose else (dy, x)  # dw = a.T @ b
+    rows, cols = a.shape[1], b.shape[1]
+    flat_a, flat_b, flat_c = a.reshape(-1), b.reshape(-1), dw.reshape(-1)
+    step = 12 * max(1, (1 << 20) // (12 * cols))  # ~4 MB of dw a chunk, whole blocks of 12 rows
+
+    def chunk(lo, hi):
+        run_batched_gemm(flat_a, lo, 0, 1, rows, flat_b, 0, 0, cols, flat_c, lo * cols, 0, cols, 1, hi - lo, m, cols)
+    run_chunks(chunk, [(lo, min(lo + step, rows)) for lo in range(0, rows, step)])
 
 
 def _by_sixteen_items(w, x, y_t):

@@ -288,7 +288,7 @@ class DataParallelSolver(Solver):
         for k, v in enumerate(workers):
             if self.ordered:
                 self._detach_kept()
-            self.net.clear_param_diffs()
+            self.net.clear_param_diffs(overwrite_next=True)
             then = (workers[k + 1], self.iter) if k + 1 < len(workers) else \
                 (hosted[0], self.iter + 1) if hosted else None
             if overlap and k == len(workers) - 1 and not self._levels_stale:

@@ -160,7 +160,7 @@ class Solver:
         self.losses, self.smoothed_loss = [], 0.0
         timer, iters_last = time.perf_counter(), self.iter
         while self.iter < stop_iter:
-            self.net.clear_param_diffs()
+            self.net.clear_param_diffs(overwrite_next=True)
             if p.test_interval and self.iter % p.test_interval == 0 and \
                     (self.iter > 0 or p.test_initialization):
                 self.test_all()
@@ -172,7 +172,10 @@ class Solver:
             adapt_threads()
             display = p.display and self.iter % p.display == 0
             self.net.debug_info = bool(display and p.debug_info)
-            loss = self.forward_backward()
+            try:
+                loss = self.forward_backward()
+            finally:
+                self.net.settle_param_diffs()
             if not math.isfinite(loss):
                 raise self._non_finite('the loss is %s' % loss, 'not found in the blobs')
             self._update_smoothed_loss(loss, start_iter)

@@ -27,3 +27,36 @@ def test_forward_at_multiples_of_16_items(restore_threads, items, inputs, output
         results.append(top[0].data.copy())
     np.testing.assert_allclose(results[0], expected, rtol=1e-5, atol=1e-5 * np.abs(expected).max())
     assert np.array_equal(results[0], results[1])
+
+
+@pytest.mark.parametrize('items, inputs, outputs, transpose', [(16, 300, 37, False), (7, 53, 29, True),
+                                                               (5, 1 << 16, 13, False)])
+def test_weight_gradient_written_whole_after_a_solver_clear(restore_threads, items, inputs, outputs, transpose):
+    """A weight diff the Net left to the backward (``param_diffs_to_overwrite``) is written, not
+    added to: dy.T @ x whatever it held (NumPy's float64 product as the oracle), the same bits at
+    any thread count; the next backward adds to it as before, and the bias diff always adds."""
+    rng = np.random.default_rng(items + inputs)
+    layer, bottom, top = make_layer('type: "InnerProduct" inner_product_param { num_output: %d transpose: %s '
+                                    'weight_filler { type: "gaussian" } bias_filler { type: "gaussian" } }'
+                                    % (outputs, str(transpose).lower()), 1)
+    bottom[0].reshape((items, inputs))
+    bottom[0].data[...] = rng.standard_normal((items, inputs))
+    layer.setup(bottom, top)
+    layer.run_forward(bottom, top)
+    top[0].diff[...] = rng.standard_normal(top[0].shape)
+    x, dy = bottom[0].data.astype(np.float64), top[0].diff.astype(np.float64)
+    expected = x.T @ dy if transpose else dy.T @ x
+    results = []
+    for threads in (1, 2):
+        intra_op.set_num_threads(threads)
+        layer.blobs[0].diff[...] = np.nan
+        layer.blobs[1].diff[...] = 1.0
+        layer.param_diffs_to_overwrite = {0}
+        layer.backward(top, [True], bottom)
+        assert not layer.param_diffs_to_overwrite
+        results.append(layer.blobs[0].diff.copy())
+        np.testing.assert_allclose(layer.blobs[1].diff, 1.0 + dy.sum(axis=0), rtol=1e-5)
+    np.testing.assert_allclose(results[0], expected, rtol=1e-5, atol=1e-5 * np.abs(expected).max())
+    assert np.array_equal(results[0], results[1])
+    layer.backward(top, [True], bottom)  # nothing left to overwrite: added as Caffe adds
+    np.testing.assert_allclose(layer.blobs[0].diff, 2 * expected, rtol=1e-5, atol=1e-5 * np.abs(expected).max())

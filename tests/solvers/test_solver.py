@@ -242,3 +242,60 @@ def test_parse_log_reads_our_log_and_caffes(workdir, tmp_path):
     from pycaffe_ft import cli
     assert cli.main(['parse-log', str(workdir / 'train.log'), str(tmp_path)]) == 0
     assert (tmp_path / 'train.log.test').read_text().splitlines()[0].startswith('NumIters,Seconds,LearningRate')
+
+
+WIDE_NET = '''name: "wide"
+layer { name: "data" type: "Input" top: "data" top: "label"
+        input_param { shape { dim: 6 dim: 40 } shape { dim: 6 } } }
+layer { name: "ip1" type: "InnerProduct" bottom: "data" top: "ip1"
+        inner_product_param { num_output: 30 transpose: true weight_filler { type: "gaussian" std: 0.2 } } }
+layer { name: "relu" type: "ReLU" bottom: "ip1" top: "ip1" }
+layer { name: "ip2" type: "InnerProduct" bottom: "ip1" top: "ip2" param { name: "shared" }
+        inner_product_param { num_output: 30 weight_filler { type: "gaussian" std: 0.2 } } }
+layer { name: "ip3" type: "InnerProduct" bottom: "ip2" top: "ip3" param { name: "shared" }
+        inner_product_param { num_output: 30 weight_filler { type: "gaussian" std: 0.2 } } }
+layer { name: "ip4" type: "InnerProduct" bottom: "ip3" top: "ip4" param { lr_mult: 0 } param { lr_mult: 1 }
+        inner_product_param { num_output: 5 weight_filler { type: "gaussian" std: 0.2 } } }
+layer { name: "loss" type: "SoftmaxWithLoss" bottom: "ip4" bottom: "label" top: "loss" }
+'''
+
+
+@pytest.mark.parametrize('iter_size', [1, 2])
+def test_weight_diffs_left_to_the_backward_train_as_cleared_ones(tmp_path, monkeypatch, iter_size):
+    """With every InnerProduct's weight diff overwritable (OVERWRITE_FROM 1), the solver's clear
+    leaves only ip1's to its backward (ip2 and ip3 share theirs, ip4's has lr_mult 0); training
+    then follows the run that zeroes every diff, with iter_size too. A pass that stops before the
+    backward leaves that diff zeroed, as Caffe's clear would."""
+    from pycaffe_ft.layers import inner_product
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / 'net.prototxt').write_text(WIDE_NET)
+    (tmp_path / 'solver.prototxt').write_text('net: "net.prototxt"\nbase_lr: 0.1\nmomentum: 0.9\nweight_decay: 0.001\n'
+                                              'lr_policy: "fixed"\nmax_iter: 10\nrandom_seed: 3\niter_size: %d\n'
+                                              % iter_size)
+    rng = np.random.default_rng(5)
+    data, label = rng.standard_normal((6, 40)), rng.integers(0, 5, 6)
+    runs, written = [], []
+    weight_gradient = inner_product._weight_gradient
+    monkeypatch.setattr(inner_product, '_weight_gradient', lambda *args: (written.append(args[-1]),
+                                                                          weight_gradient(*args)))
+    for least in (1 << 60, 1):
+        monkeypatch.setattr(inner_product, 'OVERWRITE_FROM', least)
+        solver = caffe.SGDSolver('solver.prototxt')
+        net = solver.net
+        net.blobs['data'].data[...], net.blobs['label'].data[...] = data, label
+        solver.step(4)
+        runs.append([blob.data.copy() for blob in net.learnable_params] +
+                    [blob.diff.copy() for blob in net.learnable_params])
+    assert [(layer.layer_param.name, j) for layer, j, _, _ in net._overwritable] == [('ip1', 0)]
+    assert written == [True] * 4  # ip1's (transposed) weights, written once an iteration
+    for ours, theirs in zip(runs[1], runs[0]):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-6)
+    net.param_diff[...] = np.nan
+    net.clear_param_diffs(overwrite_next=True)
+    ip1 = net.params['ip1'][0].diff
+    assert np.isnan(ip1).all() and np.count_nonzero(net.param_diff) == ip1.size
+    net.settle_param_diffs()
+    assert not net.param_diff.any()
+    net.param_diff[...] = np.nan
+    net.clear_param_diffs()  # pycaffe's: every diff zeroed, none left to a backward
+    assert not net.param_diff.any() and not net.layers[1].param_diffs_to_overwrite
