@@ -318,7 +318,7 @@ def ave_pool_backward(dy, planes, sizes, covers, dx):
 
 
 def _root_neg_pow(s, beta):
-    """:func:`.lrn._neg_pow` for the betas of :data:`.lrn.ROOT_BETAS` (square roots)."""
+    """:func:`.lrn._times_neg_pow`'s s^-beta for the betas of :data:`.lrn.ROOT_BETAS` (square roots)."""
     if beta == 0.75:
         r = np.sqrt(s)
         return _F32(1.0) / (r * np.sqrt(r))

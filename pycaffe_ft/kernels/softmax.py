@@ -8,7 +8,7 @@ from numba import njit
 FLT_MIN = np.float32(1.17549435e-38)
 
 
-@njit(cache=True)
+@njit(cache=True, error_model='numpy')
 def softmax_forward(x, y):
     outer, channels, inner = x.shape
     for o in range(outer):

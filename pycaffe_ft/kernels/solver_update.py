@@ -57,7 +57,7 @@ def nesterov(w, g, h, lo, hi, bounds, rates, decays, iter_scale, regularization,
             w[k] = w[k] - u
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, error_model='numpy')
 def adagrad(w, g, h, lo, hi, bounds, rates, decays, iter_scale, regularization, delta):
     """h += g^2; update = rate g / (sqrt(h) + delta)."""
     for s in range(rates.size):
@@ -73,7 +73,7 @@ def adagrad(w, g, h, lo, hi, bounds, rates, decays, iter_scale, regularization, 
             w[k] = w[k] - u
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, error_model='numpy')
 def rmsprop(w, g, h, lo, hi, bounds, rates, decays, iter_scale, regularization, rms_decay,
             one_minus_decay, delta):
     """h = decay h + (1 - decay) g^2; update = rate g / (sqrt(h) + delta)."""
@@ -90,7 +90,7 @@ def rmsprop(w, g, h, lo, hi, bounds, rates, decays, iter_scale, regularization, 
             w[k] = w[k] - u
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, error_model='numpy')
 def adadelta(w, g, h, h_update, lo, hi, bounds, rates, decays, iter_scale, regularization,
              momentum, one_minus_momentum, delta):
     """h = m h + (1-m) g^2; u = g sqrt((h_update + delta) / (h + delta));
@@ -110,7 +110,7 @@ def adadelta(w, g, h, h_update, lo, hi, bounds, rates, decays, iter_scale, regul
             w[k] = w[k] - step
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, error_model='numpy')
 def adam(w, g, m, v, lo, hi, bounds, rates, decays, iter_scale, regularization, beta1,
          one_minus_beta1, beta2, one_minus_beta2, correction, delta):
     """m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2; update = rate correction m / (sqrt(v) + delta)."""

@@ -204,12 +204,16 @@ def test_columns(geometry):
 
 @pytest.mark.parametrize('beta', lrn.ROOT_BETAS)
 @pytest.mark.parametrize('size,channels', [(5, 16), (3, 7), (5, 2)])
-def test_lrn_across_channels(beta, size, channels):
+@pytest.mark.parametrize('k', [1.0, 0.0])
+def test_lrn_across_channels(beta, size, channels, k):
+    """With k 0 an image of zeros has zero scales: inf and NaN as in Caffe (no error)."""
     rng = np.random.default_rng(size * channels)
     n, plane = 3, 13
-    alpha, beta, k = np.float32(1e-3), np.float32(beta), np.float32(1.0)
+    alpha, beta, k = np.float32(1e-3), np.float32(beta), np.float32(k)
     count = n * channels * plane
     x = _values(rng, count, specials=False)
+    if k == 0:
+        x[:channels * plane] = 0.0
     ours, theirs = _both(lrn._lrn_across_forward, references.lrn_across_forward, [count, count],
                          lambda scale, y: (x, n, channels, plane, size, alpha, beta, k, scale, y))
     assert ours == theirs

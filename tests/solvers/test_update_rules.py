@@ -89,3 +89,22 @@ def test_fused_update_is_caffes_passes_bit_for_bit(kind, regularization, iter_si
         assert np.array_equal(w, ref_w), 'the weights differ'
         for ours, theirs in zip(history, ref_hist):
             assert np.array_equal(ours, theirs), 'the history differs'
+
+
+@pytest.mark.parametrize('kind', ['AdaGrad', 'RMSProp', 'AdaDelta', 'Adam'])
+def test_a_zero_denominator_gives_caffes_nan_not_an_error(kind):
+    """delta 0 with a zero gradient and history: 0 / 0 is NaN in Caffe's arithmetic, and here."""
+    p = caffe_pb2.SolverParameter(momentum=0.9, momentum2=0.999, rms_decay=0.98, delta=0.0)
+    rule = RULES.get(kind, KeyError, '')(p)
+    n = 40
+    bounds, rates, decays = np.array([0, n], np.int64), np.array([0.01], f32), np.array([0.0], f32)
+    w, g = np.ones(n, f32), np.zeros(n, f32)
+    w[:20] = 2.0
+    g[:20] = 0.5
+    history = [np.zeros(n, f32) for _ in range(rule.history_blocks)]
+    with np.errstate(invalid='ignore', divide='ignore'):
+        ref_w, ref_update = reference(kind, p, w.copy(), g, [h.copy() for h in history], np.full(n, rates[0]),
+                                      np.zeros(n, f32), 1, None, 0)
+    rule.apply(w, g, history, (0, n, bounds, rates, decays, f32(1), K.NO_DECAY), 0)
+    assert np.isnan(ref_w[20:]).all() and np.isfinite(ref_w[:20]).all()
+    assert np.array_equal(w, ref_w, equal_nan=True) and np.array_equal(g, ref_update, equal_nan=True)
