@@ -157,15 +157,14 @@ class BaseConvolutionLayer(Layer):
         pad_planes(im.reshape(-1), n * c, h, w, ph, pw, src)
         return src, h + 2 * ph, w + 2 * pw
 
-    def _im2col(self, im, rows=None, padded=None, ncols=None):
+    def _im2col(self, im, rows=None, padded=None):
         """im (n, C_in, H, W) -> this thread's column buffer (C_in*kh*kw, n*P); with ``rows``
         (r0, r1), the columns of output rows r0 .. r1 - 1 only; ``padded``: what
-        :meth:`_padded` made of im, if it has been called already; ``ncols``: a longer row
-        (the columns past n*P then hold whatever the buffer held)."""
+        :meth:`_padded` made of im, if it has been called already."""
         n, c = im.shape[:2]
         k = c * self.kernel[0] * self.kernel[1]
         r0, r1 = rows or (0, self.col_hw[0])
-        col = scratch('conv_col', k * (ncols or n * (r1 - r0) * self.col_hw[1])).reshape(k, -1)
+        col = scratch('conv_col', k * n * (r1 - r0) * self.col_hw[1]).reshape(k, -1)
         src, hp, wp = padded or self._padded(im)
         columns(src[r0 * self.stride[0] * wp:], n, c, hp, wp, *self._kernel_geometry(r1 - r0), col.reshape(-1),
                 col.shape[1], True)
@@ -348,7 +347,6 @@ class ConvolutionLayer(BaseConvolutionLayer):
         chunks = self._chunks() if len(bands) == 1 else self._one_image_each()
         # fewer chunks than threads (deploy at batch 1): the threads split each GEMM instead
         multiply = matmul if len(chunks) < num_threads() else gemm
-        blocked = multiply is gemm and self._products_by_blocks()
         for b, t in zip(bottom, top):
             x = b.data.reshape((self.num, self.channels) + self.in_hw)
             y = t.data.reshape(self.num, self.num_output, -1)
@@ -356,50 +354,18 @@ class ConvolutionLayer(BaseConvolutionLayer):
             def chunk(lo, hi):
                 padded = self._padded(x[lo:hi])
                 for r0, r1 in bands:
-                    one = hi - lo == 1  # one image's rows: a GEMM writes them in place
-                    out = y[lo, :, r0 * out_w:r1 * out_w] if one else y[lo:hi]
-                    if blocked:
-                        product = self._product_by_blocks(w, x[lo:hi], (r0, r1), padded)
+                    col = self._im2col(x[lo:hi], (r0, r1), padded)
+                    if hi - lo == 1:  # one image's rows: the GEMM writes them in place
+                        out = y[lo, :, r0 * out_w:r1 * out_w]
+                        self._gemm(w, col, out, multiply=multiply)
                     else:
-                        col = self._im2col(x[lo:hi], (r0, r1), padded)
-                        product = out if one else scratch('conv_out', self.num_output * col.shape[1]).reshape(
-                            self.num_output, -1)
-                        self._gemm(w, col, product, multiply=multiply)
-                    if product is not out:
-                        if one:
-                            out[...] = product
-                        else:
-                            from_channel_major(product, out)
+                        out = scratch('conv_out', self.num_output * col.shape[1]).reshape(self.num_output, -1)
+                        from_channel_major(self._gemm(w, col, out, multiply=multiply), y[lo:hi])
+                        out = y[lo:hi]
                     if self.bias_term:
-                        out += bias.reshape(-1, 1) if one else bias.reshape(1, -1, 1)
+                        out += bias.reshape(-1, 1) if hi - lo == 1 else bias.reshape(1, -1, 1)
                 self.relu_on_top_of(y[lo:hi])
             run_chunks(chunk, chunks)
-
-    def _products_by_blocks(self):
-        """Whether the im2col forward multiplies by :meth:`_product_by_blocks` (AVX-512, the
-        ``engine`` not CAFFE) rather than OpenBLAS (whose build picks a core by the CPU; an
-        AVX2 one where ``OPENBLAS_CORETYPE`` asks for it)."""
-        return WIDE and self.layer_param.convolution_param.engine != caffe_pb2.ConvolutionParameter.CAFFE
-
-    def _product_by_blocks(self, w, im, rows, padded):
-        """W @ im2col(im) for output rows ``rows`` (r0, r1) by batched_gemm's register blocks,
-        per group: the (num_output, n*P) product, a view of this thread's buffer. The columns
-        are lowered into rows padded to a multiple of 8, so that every output is the same chain
-        of fused multiply-adds (batched_gemm multiplies then adds in its last n % 8 columns):
-        equal patches keep equal sums, as a max pooling above needs. One thread, against
-        OpenBLAS's AVX2 core: AlexNet's conv1 (96 x 363 times 363 x 1512) 111 -> 210 GFLOP/s,
-        conv2 (128 x 1200 times 1200 x 1458) 99 -> 196, conv3 (384 x 2304 times 2304 x 338)
-        104 -> 135."""
-        n = im.shape[0]
-        m = n * (rows[1] - rows[0]) * self.col_hw[1]
-        ncols = -(-m // 8) * 8
-        col = self._im2col(im, rows, padded, ncols)
-        out = scratch('conv_out', self.num_output * ncols).reshape(self.num_output, ncols)
-        g = self.group
-        o, k = w.shape[0] // g, w.shape[1]
-        run_batched_gemm(w.reshape(-1), 0, o * k, k, 1, col.reshape(-1), 0, k * ncols, ncols, out.reshape(-1), 0,
-                         o * ncols, ncols, g, o, k, ncols)
-        return out[:, :m]
 
     def _direct_forward(self, bottom, top):
         weights = self.blobs[0].data.reshape(-1)
