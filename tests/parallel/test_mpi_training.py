@@ -433,3 +433,26 @@ def test_a_5x5_net_without_a_later_max_pooling_survives_kills_with_the_same_resu
     train(ft, '--np', '4', '--inject-fault', '2:5', '--inject-fault', '0:9', '--inject-fault', '1:13:allreduce')
     expected, got = weights(ok, 20), weights(ft, 20)
     assert all(np.array_equal(expected[k], got[k]) for k in expected)
+
+
+@pytest.mark.parametrize('overlap', [False, True])
+def test_weight_diffs_left_to_the_backward_train_as_cleared_ones_with_virtual_workers(tmp_path, mnist, monkeypatch,
+                                                                                    overlap):
+    """Each virtual worker's clear leaves the InnerProduct weight diffs (every one, with
+    OVERWRITE_FROM 1) to its backward; the gradients summed in worker order or reduced in
+    buckets, and so the weights, follow the run that zeroes every diff."""
+    from pycaffe_ft.layers import inner_product
+    from pycaffe_ft.netspec_io import load_solver_param
+    from pycaffe_ft.parallel.comm import SerialComm
+    from pycaffe_ft.parallel.trainer import DataParallelSolver
+    monkeypatch.chdir(make_job(tmp_path, mnist, max_iter=6, snapshot=0))
+    finals = []
+    for least in (1 << 60, 1):
+        monkeypatch.setattr(inner_product, 'OVERWRITE_FROM', least)
+        solver = DataParallelSolver(load_solver_param('solver.prototxt'), SerialComm(), virtual_workers=2,
+                                    overlap=overlap)
+        solver.step(6)
+        finals.append([blob.data.copy() for blob in solver.net.learnable_params])
+    assert [layer.layer_param.name for layer, _, _, _ in solver.net._overwritable] == ['ip1', 'ip2']
+    for ours, theirs in zip(*finals):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-5 * np.abs(theirs).max())
