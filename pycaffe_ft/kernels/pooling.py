@@ -19,8 +19,11 @@ Four ways through the planes:
   16 outputs (LeNet's pool1, CIFAR10-quick's pool1) by **single rows**, each tap one pick from
   the two halves of its input row; max pooling there by **window rows**: each input row's
   maxima over the window's columns, then each output row's over its window rows, a row two
-  windows share reduced once (:func:`_max_single_rows`). See :func:`_pool_small_planes`. These
-  kernels apply a ReLU fused after the pooling as they store.
+  windows share reduced once (:func:`_max_single_rows`). Without AVX-512, max pooling of planes
+  at most 32 wide with rows of 8 outputs or more whose windows share rows goes by **blocks by
+  window rows**, the same reduction on blocks of eight outputs of a row, a block's output rows
+  in turn (:func:`_max_blocks_by_window_rows`). See :func:`_pool_small_planes`. These kernels
+  apply a ReLU fused after the pooling as they store.
 - **Rows** (forward, stride 1 or 2, output rows of ``ROWS_MIN_WIDTH`` or more: 6 for max, 12
   for average pooling): eight outputs of one row are the lanes of a vector, sixteen with
   AVX-512 on rows of ``SIXTEEN_FROM`` (9) or more (a shorter row: one block whose spare lanes
@@ -657,6 +660,16 @@ ROW_PAIRS = WIDE
 vector, and planes at most 32 wide with rows of at most 16 outputs one row a vector (AVX-512
 only; after one plane a vector, before rows or plane lanes)."""
 
+BLOCKS_BY_WINDOW_ROWS = not WIDE
+"""Whether max pooling of small planes whose windows share rows goes by blocks of eight by
+window rows (:func:`_by_blocks`; without AVX-512, where single rows and row pairs are not
+taken)."""
+
+BLOCKS_UP_TO = 32
+"""The widest planes pooled by blocks by window rows (wider ones, whose rows leave the L1 cache
+between a block and the next, go by rows: AlexNet's 55 x 55 pool1 4.1-4.2 -> 4.2-4.5 ms by
+blocks on Zen 3, one thread, 256 of GoogLeNet's 112 x 112 planes 1.2-1.4 -> 1.5-1.6 ms)."""
+
 PLANE_AHEAD = 2048
 """How far ahead (floats) the small-plane kernels prefetch their input."""
 
@@ -689,9 +702,10 @@ def _window_kernel(kernels, kh, kw):
     return kernels[2], (kh, kw)
 
 
-def _small_planes(x, planes, height, width, kh, kw, ph, sh, out_h, out_w, taps, y, mask, average, relu):
+def _small_planes(x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, taps, y, mask, average, relu):
     """(kernel, arguments) one plane a vector, by single rows by window rows (max pooling) or by
-    row pairs (AVX-512) where the planes are small enough, else None. These kernels apply a
+    row pairs (AVX-512), or by blocks by window rows (max pooling, without AVX-512), where the
+    planes are small enough, else None. These kernels apply a
     ReLU fused after the pooling (``relu``) as they store y."""
     if PLANE_VECTORS and taps[4] is not None:
         picks, positions, sizes = taps[4]
@@ -705,6 +719,12 @@ def _small_planes(x, planes, height, width, kh, kw, ph, sh, out_h, out_w, taps, 
         picks, positions = taps[6]
         return kernel, (x, planes, height, width, *window, ph, sh, out_h, out_w, 1, picks, positions, y, mask,
                         PLANE_AHEAD, relu)
+    if BLOCKS_BY_WINDOW_ROWS and not average and _by_blocks(height, width, kh, kw, ph, pw, sh, sw, out_h, out_w):
+        if (kh, kw) == (3, 3):
+            return _max_pool_blocks_3x3, (x, planes, height, width, ph, pw, sh, sw, out_h, out_w, y, mask, PLANE_AHEAD,
+                                          relu)
+        return _max_pool_blocks_any, (x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, y, mask,
+                                      PLANE_AHEAD, relu)
     if ROW_PAIRS and taps[5] is not None:
         picks, positions, sizes, per = taps[5]
         kernel, window = _window_kernel(_ROW_PAIRS[average], kh, kw)
@@ -718,10 +738,11 @@ def max_pool_forward(x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, ou
     """y and mask (flat argmax index into H*W, as float) hold planes*out_h*out_w values;
     ``taps`` is :func:`window_taps` of this geometry; with ``relu``, y then goes through a ReLU
     (:func:`~.relu.relu_forward`'s rule; the mask is unchanged). Small planes go one plane a
-    vector, by single rows or by row pairs (AVX-512; the ReLU applied as y is stored), rows of 6
-    or more outputs at stride 1 or 2 by rows, the others by plane lanes; while that kernel
-    compiles in the background (:mod:`.tiered`), by :func:`.numpy_references.max_pool_caffe`."""
-    small = _small_planes(x, planes, height, width, kh, kw, ph, sh, out_h, out_w, taps, y, mask, False, relu)
+    vector, by single rows or by row pairs (AVX-512), or by blocks by window rows (without it;
+    these small-plane kernels apply the ReLU as they store y), rows of 6 or more outputs at
+    stride 1 or 2 by rows, the others by plane lanes; while that kernel compiles in the
+    background (:mod:`.tiered`), by :func:`.numpy_references.max_pool_caffe`."""
+    small = _small_planes(x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, taps, y, mask, False, relu)
     kernel, args = (small
                     or _by_rows(x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, y, mask, False)
                     or _by_plane_lanes(((_max_pool_lanes_2x2, _max_pool_lanes_2x2_wide),
@@ -738,7 +759,7 @@ def ave_pool_forward(x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, ou
     (AVX-512), rows of 12 or more outputs at stride 1 or 2 by rows, the others by plane lanes;
     while that kernel compiles in the background (:mod:`.tiered`), by
     :func:`.numpy_references.ave_pool_caffe`."""
-    small = _small_planes(x, planes, height, width, kh, kw, ph, sh, out_h, out_w, taps, y, y, True, relu)
+    small = _small_planes(x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, taps, y, y, True, relu)
     kernel, args = (small
                     or _by_rows(x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, y, y, True)
                     or _by_plane_lanes(((_ave_pool_lanes_2x2, _ave_pool_lanes_2x2_wide),
@@ -927,16 +948,17 @@ def _ave_plane_vector(x, at, height, width, kh, kw, ph, sh, out_h, out_w, picks,
 
 
 @njit(cache=True, nogil=True, inline='always')
-def _pool_small_planes(one_plane, masked, x, planes, height, width, kh, kw, ph, sh, out_h, out_w, per, reach, stored,
-                       picks, table, y, mask, ahead, relu):
+def _pool_small_planes(one_plane, masked, x, planes, height, width, kh, kw, ph, sh, out_h, out_w, per, front, reach,
+                       stored, picks, table, y, mask, ahead, relu):
     """Every plane through ``one_plane`` (one of the bodies above and below: ``table`` the
-    argmax positions for max pooling, the window sizes for average pooling), which reads up to
-    ``reach`` floats from a plane's first input and stores up to ``stored`` from its first
-    output; the input prefetched ``ahead`` floats on. A plane that would read past x or store
-    past y goes through a scratch plane; the others store their spare lanes over the next
-    plane's outputs, which that plane then writes."""
+    argmax positions for max pooling, the window sizes for average pooling), which reads from
+    ``front`` floats before a plane's first input to ``reach`` floats after it and stores up to
+    ``stored`` from its first output; the input prefetched ``ahead`` floats on. A plane that
+    would read outside x or store past y goes through a scratch plane; the others store their
+    spare lanes over the next plane's outputs, which that plane then writes."""
     in_plane, out_plane = height * width, out_h * out_w
-    plane = 0
+    first = min(planes, -(-front // in_plane))
+    plane = first
     while plane < planes and plane * in_plane + reach <= x.size and plane * out_plane + stored <= y.size:
         if (plane + 1) * in_plane + ahead <= x.size:
             for line in range(0, in_plane, 16):
@@ -944,27 +966,28 @@ def _pool_small_planes(one_plane, masked, x, planes, height, width, kh, kw, ph, 
         one_plane(x, plane * in_plane, height, width, kh, kw, ph, sh, out_h, out_w, picks, table, y, mask,
                   plane * out_plane, per, relu)
         plane += 1
-    xs = np.zeros(max(reach, in_plane), np.float32)
+    xs = np.zeros(front + max(reach, in_plane), np.float32)
     ys, ms = np.empty(max(stored, out_plane), np.float32), np.empty(max(stored, out_plane), np.float32)
-    for plane in range(plane, planes):
+    for k in range(first + planes - plane):
+        scratch = k if k < first else plane + k - first
         for i in range(in_plane):
-            xs[i] = x[plane * in_plane + i]
-        one_plane(xs, 0, height, width, kh, kw, ph, sh, out_h, out_w, picks, table, ys, ms, 0, per, relu)
+            xs[front + i] = x[scratch * in_plane + i]
+        one_plane(xs, front, height, width, kh, kw, ph, sh, out_h, out_w, picks, table, ys, ms, 0, per, relu)
         for o in range(out_plane):
-            y[plane * out_plane + o] = ys[o]
+            y[scratch * out_plane + o] = ys[o]
             if masked:
-                mask[plane * out_plane + o] = ms[o]
+                mask[scratch * out_plane + o] = ms[o]
 
 
 @njit(cache=True, nogil=True)
 def _max_pool_plane_vectors(x, planes, height, width, out_h, out_w, picks, positions, y, mask, ahead, relu):
-    _pool_small_planes(_max_plane_vector, True, x, planes, height, width, 0, 0, 0, 0, out_h, out_w, 4, 64, 16,
+    _pool_small_planes(_max_plane_vector, True, x, planes, height, width, 0, 0, 0, 0, out_h, out_w, 4, 0, 64, 16,
                        picks, positions, y, mask, ahead, relu)
 
 
 @njit(cache=True, nogil=True)
 def _ave_pool_plane_vectors(x, planes, height, width, out_h, out_w, picks, sizes, y, ahead, relu):
-    _pool_small_planes(_ave_plane_vector, False, x, planes, height, width, 0, 0, 0, 0, out_h, out_w, 4, 64, 16,
+    _pool_small_planes(_ave_plane_vector, False, x, planes, height, width, 0, 0, 0, 0, out_h, out_w, 4, 0, 64, 16,
                        picks, sizes, y, y, ahead, relu)
 
 
@@ -1019,7 +1042,7 @@ def _pool_row_pairs(one_plane, masked, x, planes, height, width, kh, kw, ph, sh,
     """:func:`_pool_small_planes` by row pairs (``per`` 2) or single rows (1): the last row
     loaded from its first column (32 floats for single rows), the last chunk's lanes stored
     from its first output."""
-    _pool_small_planes(one_plane, masked, x, planes, height, width, kh, kw, ph, sh, out_h, out_w, per,
+    _pool_small_planes(one_plane, masked, x, planes, height, width, kh, kw, ph, sh, out_h, out_w, per, 0,
                        (height - 1) * width + 48 - 16 * per, per * ((out_h - 1) // per) * out_w + 16, picks, table, y,
                        mask, ahead, relu)
 
@@ -1146,6 +1169,113 @@ _SINGLE_ROWS = (_max_pool_single_rows_2x2, _max_pool_single_rows_3x3, _max_pool_
 
 _ROW_PAIRS = {False: (_max_pool_row_pairs_2x2, _max_pool_row_pairs_3x3, _max_pool_row_pairs_any),
               True: (_ave_pool_row_pairs_2x2, _ave_pool_row_pairs_3x3, _ave_pool_row_pairs_any)}  # by ``average``
+
+
+# Blocks by window rows (max pooling, eight lanes: CPUs without AVX-512): the reduction of
+# :func:`_max_single_rows` on blocks of eight outputs of a row, a block's output rows in turn so
+# that the row two windows share (stride kh - 1) is reduced once; the taps of a window row are
+# loads at constant steps (stride 2: the even elements, in swizzled lane order), and a column
+# outside the image reads as -FLT_MAX. Zen 3, one thread, alternated with the rows kernel:
+# CIFAR10-quick's pool1 (3200 32 x 32 planes) alone 1.65-1.86 -> 1.11-1.37 ms (its 13 MB in and
+# 6.5 MB out at a 64 MB copy's speed), 64 planes hot 34-38 -> 24-28 us (the rows kernel's chain
+# of nine compare-and-selects a block was its bound: as slow hot as from memory); in-net, its
+# input just written, with its ReLU, pass by pass: 2.45 -> 2.05 ms (median), on two threads
+# 1.25 -> 0.92; AlexNet's 27 x 27 pool2 1.73 -> 1.64. The block and the window row are called,
+# not inlined: 20 s to compile inlined, 2.6 s so (the rows kernel 3.4 s), the same speed.
+@njit(nogil=True)
+def _window_row_max8(x, start, offset, ox, kw, pw, sw, width, masked, lowest):
+    """Outputs ox .. ox + 7 of a row (lanes in :func:`_row_taps8`'s order) over the input row
+    whose window-row taps start at x[start] (in-plane offset ``offset`` at the row's first
+    column): each lane's largest tap over its window's kw columns (at least -FLT_MAX: a NaN or
+    a value not above it is no winner), and its in-plane offset less the lane's first column,
+    the first of equal ones in window order. With ``masked``, columns outside the image read
+    as -FLT_MAX."""
+    v = _row_taps8(x, start, sw, 0)
+    if masked:
+        v = _inside_columns(_in_order8, vfull, _ramp8, 8, v, ox, 0, pw, sw, width, lowest)
+    best, index = vwhere_gt(v, lowest, v, lowest), vfull(np.float32(0.0))
+    for kx in range(1, kw):
+        v = _row_taps8(x, start + kx, sw, 0)
+        if masked:
+            v = _inside_columns(_in_order8, vfull, _ramp8, 8, v, ox, kx, pw, sw, width, lowest)
+        index = vwhere_gt(v, best, vfull(np.float32(kx)), index)
+        best = vwhere_gt(v, best, v, best)
+    return best, vadd(index, vfull(np.float32(offset)))
+
+
+@njit(nogil=True)
+def _max_block_by_window_rows(x, at, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, ox, y, mask, o, relu,
+                              masked):
+    """Outputs ox .. ox + 7 of every output row of the plane at x[at:] (outputs from y[o]):
+    each output row's first maximum over its window rows, in order, of their
+    :func:`_window_row_max8`; rows outside the image repeat the nearest inside one (next to it
+    in the window: a repeat never wins), and an output row's first window row, where it is the
+    last of the row before, is not reduced again."""
+    lowest = vfull(_LOWEST)
+    columns = vramp(np.float32(ox * sw - pw), np.float32(sw))
+    left = at + ox * sw - pw
+    last = -1
+    last_best = last_index = lowest
+    for c in range(out_h):
+        row = _clamped_row(c * sh - ph, height)
+        if row != last:
+            last_best, last_index = _window_row_max8(x, left + row * width, row * width, ox, kw, pw, sw, width, masked,
+                                                     lowest)
+        best, index = last_best, last_index
+        for ky in range(1, kh):
+            row = _clamped_row(c * sh - ph + ky, height)
+            last_best, last_index = _window_row_max8(x, left + row * width, row * width, ox, kw, pw, sw, width, masked,
+                                                     lowest)
+            index = vwhere_gt(last_best, best, last_index, index)
+            best = vwhere_gt(last_best, best, last_best, best)
+        last = row
+        best, index = _in_order8(best, sw), _in_order8(index, sw)
+        vstore(y, o + c * out_w + ox, _top(best, relu))
+        vstore(mask, o + c * out_w + ox, vwhere_gt(best, lowest, vadd(index, columns), vfull(np.float32(-1.0))))
+
+
+@njit(cache=True, nogil=True, inline='always')
+def _max_blocks_by_window_rows(x, at, height, width, kh, kw, ph, sh, out_h, out_w, columns, table, y, mask, o, per,
+                               relu):
+    """Plane x[at:]'s max pooling by :func:`_max_block_by_window_rows`, eight outputs of a row
+    a block (the last block of a row overlapping the one before); ``columns``: (pw, sw), the
+    window's column pad and stride (``table`` and ``per`` unused: the small planes' one
+    signature)."""
+    pw, sw = columns
+    for b in range((out_w + 7) // 8):
+        ox = min(8 * b, out_w - 8)
+        _max_block_by_window_rows(x, at, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, ox, y, mask, o, relu,
+                                  ox * sw - pw < 0 or (ox + 7) * sw - pw + kw > width)
+
+
+@njit(cache=True, nogil=True, inline='always')
+def _max_pool_blocks(x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, y, mask, ahead, relu):
+    """:func:`_pool_small_planes` by :func:`_max_blocks_by_window_rows`: reads from pw floats
+    before a plane's first input to its last row's last block's last tap's load."""
+    _pool_small_planes(_max_blocks_by_window_rows, True, x, planes, height, width, kh, kw, ph, sh, out_h, out_w, 1, pw,
+                       (height - 1) * width + (out_w - 8) * sw - pw + kw - 1 + 8 * sw, out_h * out_w, (pw, sw), y, y,
+                       mask, ahead, relu)
+
+
+# 3 x 3 windows compiled as constants, else any window; each compiled on first use.
+@njit(cache=True, nogil=True)
+def _max_pool_blocks_3x3(x, planes, height, width, ph, pw, sh, sw, out_h, out_w, y, mask, ahead, relu):
+    _max_pool_blocks(x, planes, height, width, 3, 3, ph, pw, sh, sw, out_h, out_w, y, mask, ahead, relu)
+
+
+@njit(cache=True, nogil=True)
+def _max_pool_blocks_any(x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, y, mask, ahead, relu):
+    _max_pool_blocks(x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, y, mask, ahead, relu)
+
+
+def _by_blocks(height, width, kh, kw, ph, pw, sh, sw, out_h, out_w):
+    """Whether max pooling of this geometry goes by blocks by window rows where
+    :data:`BLOCKS_BY_WINDOW_ROWS`: planes at most ``BLOCKS_UP_TO`` wide with rows of eight
+    outputs or more at column stride 1 or 2, where windows share a row (sh < kh), and no last
+    window lies wholly past the image (Caffe gives it -FLT_MAX and -1; repeated rows would fill
+    it)."""
+    return (width <= BLOCKS_UP_TO and out_w >= 8 and sw <= 2 and sh < kh
+            and (out_w - 1) * sw - pw < width and (out_h - 1) * sh - ph < height)
 
 
 @njit(cache=True, nogil=True, inline='always')

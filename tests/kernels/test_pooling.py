@@ -1,6 +1,6 @@
 """The pooling kernels' ways through the planes that the layer tests do not pick out: max
-pooling by single rows by window rows, and the ReLU the small-plane kernels apply as they
-store. (Every way against Caffe's definition: tests/layers/test_vision.py; against the NumPy
+pooling by single rows by window rows (AVX-512) and by blocks by window rows (eight lanes),
+and the ReLU the small-plane kernels apply as they store. (Every way against Caffe's definition: tests/layers/test_vision.py; against the NumPy
 references, NaN included: test_numpy_references.py.)"""
 import numpy as np
 import pytest
@@ -8,7 +8,8 @@ import pytest
 from pycaffe_ft.kernels import pooling
 from pycaffe_ft.kernels.relu import relu_forward
 
-from .test_numpy_references import POOLS, _Bits, _pool_case
+from pycaffe_ft.kernels import numpy_references as references
+from .test_numpy_references import POOLS, _Bits, _both, _pool_case
 
 SINGLE_ROWS = [(24, 24, 2, 0, 2), (32, 32, 3, 0, 2), (12, 17, 2, 0, 1), (9, 29, 5, 2, 2), (11, 26, 3, 2, 3)]
 """(H, W, kernel, pad, stride): window rows shared by stride kh - 1 or not, windows clipped by
@@ -21,9 +22,49 @@ def test_max_pooling_of_rows_up_to_sixteen_goes_by_window_rows(geometry):
     assert geometry in POOLS
     planes, x, args = _pool_case(geometry, 0)
     y = np.empty(planes * args[-2] * args[-1], np.float32)
-    kernel, _ = pooling._small_planes(x, planes, *args[:5], args[6], *args[8:], pooling.window_taps(*args), y,
-                                      y.copy(), False, False)
+    kernel, _ = pooling._small_planes(x, planes, *args, pooling.window_taps(*args), y, y.copy(), False, False)
     assert kernel in pooling._SINGLE_ROWS
+
+
+BLOCKS = [g for g in POOLS if pooling._by_blocks(g[0], g[1], g[2], g[2], g[3], g[3], g[4], g[4],
+                                                -(-(g[0] + 2 * g[3] - g[2]) // g[4]) + 1,
+                                                -(-(g[1] + 2 * g[3] - g[2]) // g[4]) + 1)]
+"""The geometries of POOLS that go by blocks by window rows without AVX-512: rows shared by
+stride kh - 1 or not, pads, a last block overlapping the one before, a 2 x 2 window at stride 1."""
+
+
+def test_blocks_by_window_rows_take_these_geometries():
+    assert BLOCKS == [(16, 16, 3, 1, 2), (7, 9, 3, 1, 1), (32, 32, 3, 0, 2), (12, 17, 2, 0, 1), (9, 29, 5, 2, 2)]
+
+
+@pytest.mark.skipif(pooling.WIDE, reason='blocks by window rows: CPUs without AVX-512')
+@pytest.mark.parametrize('geometry', BLOCKS)
+def test_max_pooling_of_small_planes_goes_by_blocks_by_window_rows(geometry):
+    planes, x, args = _pool_case(geometry, 0)
+    y = np.empty(planes * args[-2] * args[-1], np.float32)
+    kernel, _ = pooling._small_planes(x, planes, *args, pooling.window_taps(*args), y, y.copy(), False, False)
+    assert kernel in (pooling._max_pool_blocks_3x3, pooling._max_pool_blocks_any)
+
+
+@pytest.mark.parametrize('relu', [False, True])
+@pytest.mark.parametrize('geometry', BLOCKS)
+def test_blocks_by_window_rows_give_caffes_bits(geometry, relu):
+    """On every CPU (the layer tests take them only where there is no AVX-512): against Caffe's
+    loops in NumPy, NaN, infinities, signed zeros and a plane of -inf included; the first and
+    last planes, whose reads would leave x, through the scratch plane."""
+    planes, x, args = _pool_case(geometry, sum(geometry) + relu)
+    height, width, kh, kw, ph, pw, sh, sw, out_h, out_w = args
+    size = planes * out_h * out_w
+    window = () if (kh, kw) == (3, 3) else (kh, kw)
+    kernel = pooling._max_pool_blocks_3x3 if (kh, kw) == (3, 3) else pooling._max_pool_blocks_any
+
+    def reference(*a):
+        references.max_pool_caffe(*a)
+        if relu:
+            relu_forward(a[-2], a[-2])
+    ours, theirs = _both(lambda *a: kernel(*a[:4], *window, ph, pw, sh, sw, out_h, out_w, *a[-2:], 64, relu),
+                         reference, [size, size], lambda y, mask: (x, planes, *args, y, mask))
+    assert ours == theirs
 
 
 @pytest.mark.parametrize('method', ['MAX', 'AVE'])
