@@ -149,6 +149,14 @@ def _pair_picks(height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, sizes):
     return picks.reshape(-1), (rows * width + columns).astype(np.float32).reshape(-1), lane_sizes, per
 
 
+def _last_windows_reach_the_image(height, width, ph, pw, sh, sw, out_h, out_w):
+    """Whether the last window of a row and of a column each hold a tap of the image (no
+    padding and a stride above the window can leave one wholly past the right or bottom edge:
+    Caffe gives it -FLT_MAX and -1, which the window-row kernels' repeated rows and columns
+    would fill)."""
+    return (out_w - 1) * sw - pw < width and (out_h - 1) * sh - ph < height
+
+
 def _row_picks(height, width, kw, ph, pw, sh, sw, out_h, out_w):
     """Single rows by window rows (max pooling; the planes :func:`_pair_picks` takes one row a
     vector: at most 32 wide with rows of at most 16 outputs, not both at most 16 wide and 8
@@ -156,12 +164,11 @@ def _row_picks(height, width, kw, ph, pw, sh, sw, out_h, out_w):
     reads, clamped into the image (a column outside it repeats the nearest inside one, which is
     in the same window and next to the clamped taps in window order, so that it wins nothing
     the inside one does not: see :func:`_max_single_rows`), and the same columns as float32.
-    None for other planes, and where a last window lies wholly past the image's right or bottom
-    edge (no padding and a stride above the window: Caffe gives it -FLT_MAX and -1, which
-    clamping would fill)."""
+    None for other planes, and where a last window lies wholly past the image
+    (:func:`_last_windows_reach_the_image`)."""
     if width > 32 or out_w > 16 or (width <= 16 and out_w <= 8):
         return None
-    if (out_w - 1) * sw - pw >= width or (out_h - 1) * sh - ph >= height:
+    if not _last_windows_reach_the_image(height, width, ph, pw, sh, sw, out_h, out_w):
         return None
     columns = np.clip(np.arange(16)[None, :] * sw - pw + np.arange(kw)[:, None], 0, width - 1)
     columns[:, out_w:] = 0
@@ -661,8 +668,8 @@ vector, and planes at most 32 wide with rows of at most 16 outputs one row a vec
 only; after one plane a vector, before rows or plane lanes)."""
 
 BLOCKS_BY_WINDOW_ROWS = not WIDE
-"""Whether 3 x 3 max pooling of small planes goes by blocks of eight by window rows (:func:`_by_blocks`; without AVX-512, where single rows and row pairs are not
-taken)."""
+"""Whether 3 x 3 max pooling of small planes goes by blocks of eight by window rows
+(:func:`_by_blocks`; without AVX-512, where single rows and row pairs are not taken)."""
 
 BLOCKS_UP_TO = 32
 """The widest planes pooled by blocks by window rows (wider ones, whose rows leave the L1 cache
@@ -704,8 +711,8 @@ def _window_kernel(kernels, kh, kw):
 def _small_planes(x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, taps, y, mask, average, relu):
     """(kernel, arguments) one plane a vector, by single rows by window rows (max pooling) or by
     row pairs (AVX-512), or by blocks by window rows (max pooling, without AVX-512), where the
-    planes are small enough, else None. These kernels apply a
-    ReLU fused after the pooling (``relu``) as they store y."""
+    planes are small enough, else None. These kernels apply a ReLU fused after the pooling
+    (``relu``) as they store y."""
     if PLANE_VECTORS and taps[4] is not None:
         picks, positions, sizes = taps[4]
         if average:
@@ -964,7 +971,7 @@ def _pool_small_planes(one_plane, masked, x, planes, height, width, kh, kw, ph, 
         plane += 1
     xs = np.zeros(front + max(reach, in_plane), np.float32)
     ys, ms = np.empty(max(stored, out_plane), np.float32), np.empty(max(stored, out_plane), np.float32)
-    for k in range(first + planes - plane):
+    for k in range(first + planes - plane):  # the planes before first, then those from plane on
         scratch = k if k < first else plane + k - first
         for i in range(in_plane):
             xs[front + i] = x[scratch * in_plane + i]
@@ -1264,10 +1271,9 @@ def _by_blocks(height, width, kh, kw, ph, pw, sh, sw, out_h, out_w):
     """Whether max pooling of this geometry goes by blocks by window rows where
     :data:`BLOCKS_BY_WINDOW_ROWS`: 3 x 3 windows at row stride 1 or 2 (windows share a row) and
     column stride 1 or 2, planes at most ``BLOCKS_UP_TO`` wide with rows of eight outputs or
-    more, and no last window wholly past the image (Caffe gives it -FLT_MAX and -1; repeated
-    rows would fill it)."""
+    more, and no last window wholly past the image (:func:`_last_windows_reach_the_image`)."""
     return ((kh, kw) == (3, 3) and sh <= 2 and sw <= 2 and width <= BLOCKS_UP_TO and out_w >= 8
-            and (out_w - 1) * sw - pw < width and (out_h - 1) * sh - ph < height)
+            and _last_windows_reach_the_image(height, width, ph, pw, sh, sw, out_h, out_w))
 
 
 @njit(cache=True, nogil=True, inline='always')

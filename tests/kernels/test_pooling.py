@@ -1,14 +1,15 @@
 """The pooling kernels' ways through the planes that the layer tests do not pick out: max
 pooling by single rows by window rows (AVX-512) and by blocks by window rows (eight lanes),
-and the ReLU the small-plane kernels apply as they store. (Every way against Caffe's definition: tests/layers/test_vision.py; against the NumPy
-references, NaN included: test_numpy_references.py.)"""
+and the ReLU the small-plane kernels apply as they store. (Every way against Caffe's
+definition: tests/layers/test_vision.py; against the NumPy references, NaN included:
+test_numpy_references.py.)"""
 import numpy as np
 import pytest
 
+from pycaffe_ft.kernels import numpy_references as references
 from pycaffe_ft.kernels import pooling
 from pycaffe_ft.kernels.relu import relu_forward
 
-from pycaffe_ft.kernels import numpy_references as references
 from .test_numpy_references import POOLS, _Bits, _both, _pool_case
 
 SINGLE_ROWS = [(24, 24, 2, 0, 2), (32, 32, 3, 0, 2), (12, 17, 2, 0, 1), (9, 29, 5, 2, 2), (11, 26, 3, 2, 3)]
