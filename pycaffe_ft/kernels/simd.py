@@ -1,12 +1,13 @@
 """Eight-float vectors in Numba kernels: LLVM's ``<8 x float>`` as a Numba type, with load
-(also of the even elements of 16, in swizzled lane order), store, splat, ramp, zero, fused
-multiply-add, lane-wise arithmetic, compare-and-select and an 8 x 8 transpose; and cache
-prefetch hints (to read, to write). Sixteen-float vectors (``wload``, ``wload_even``,
-``whalves``, ``wstore``, ``wsplat``, ``wfull``, ``wramp``, ``wzero``, and two rows of eight in
-one vector: ``wload_rows``, ``wload_even_rows``, ``wramp_rows``; sixteen lanes picked by a table
-from four vectors or two: ``wpick``, ``wpick2``; one zmm register; ``vfma``, ``vstore``,
-``vwhere_gt``, ``vrelu`` and the lane-wise arithmetic take either width) for kernels that have
-a wide variant, used where :data:`WIDE` says the CPU has AVX-512.
+(also of the even elements of 16, or the even and the odd ones, in swizzled lane order), store,
+splat, ramp, zero, fused multiply-add, lane-wise arithmetic, compare-and-select, a bitwise
+keep-or-zero and an 8 x 8 transpose; and cache prefetch hints (to read, to write).
+Sixteen-float vectors (``wload``, ``wload_even``, ``whalves``, ``wstore``, ``wsplat``,
+``wfull``, ``wramp``, ``wzero``, and two rows of eight in one vector: ``wload_rows``,
+``wload_even_rows``, ``wramp_rows``; sixteen lanes picked by a table from four vectors or two:
+``wpick``, ``wpick2``; one zmm register; ``vfma``, ``vstore``, ``vwhere_gt``, ``vrelu`` and the
+lane-wise arithmetic take either width) for kernels that have a wide variant, used where
+:data:`WIDE` says the CPU has AVX-512.
 
 Numba's loop vectorizer leaves register-blocked loops (a block of outputs kept in registers
 over a long reduction) scalar; these intrinsics write such loops with vectors directly. On a
@@ -22,8 +23,9 @@ from numba.core import config
 from numba.core import cgutils
 from numba.extending import intrinsic, models, register_model
 
-__all__ = ['vload', 'vload_even_swizzled', 'vunswizzle', 'vstore', 'vsplat', 'vfull', 'vramp', 'vzero', 'vfma', 'vadd',
-           'vsub', 'vmul', 'vdiv', 'vwhere_gt', 'vrelu', 'vtranspose', 'prefetch', 'prefetch_to_write', 'WIDTH',
+__all__ = ['vload', 'vload_even_swizzled', 'vload_evens_odds_swizzled', 'vunswizzle', 'vstore', 'vsplat', 'vfull',
+           'vramp', 'vzero', 'vfma', 'vadd', 'vsub', 'vmul', 'vdiv', 'vwhere_gt', 'vkeep', 'vrelu', 'vtranspose',
+           'prefetch', 'prefetch_to_write', 'WIDTH',
            'wload', 'wload_even', 'wload_rows', 'wload_even_rows', 'wramp_rows', 'whalves', 'wstore', 'wsplat', 'wfull',
            'wramp', 'wzero', 'wpick', 'wpick2', 'wpermute2', 'WIDE']
 
@@ -95,18 +97,37 @@ def vload(typingctx, array, index):
     return float32x8(array, index), _load_codegen(_VECTOR)
 
 
+def _sixteen(context, builder, sig, args):
+    """array[index:index + 8] and array[index + 8:index + 16] (the intrinsic's first two
+    arguments) as two vectors."""
+    pointer = _element_pointer(context, builder, sig.args[0], args[0], args[1])
+    low = builder.load(builder.bitcast(pointer, _VECTOR.as_pointer()), align=4)
+    high_pointer = builder.gep(pointer, [ir.Constant(ir.IntType(64), WIDTH)])
+    return low, builder.load(builder.bitcast(high_pointer, _VECTOR.as_pointer()), align=4)
+
+
+_EVENS_SWIZZLED, _ODDS_SWIZZLED = [0, 2, 8, 10, 4, 6, 12, 14], [1, 3, 9, 11, 5, 7, 13, 15]
+
+
 @intrinsic
 def vload_even_swizzled(typingctx, array, index):
     """array[index + 2 * k] for k = 0, 1, 4, 5, 2, 3, 6, 7 (lane order): the even elements of
     array[index:index + 16] with one in-lane shuffle (no lane crossing); lane-wise work on
     them is put back in order by :func:`vunswizzle`."""
     def codegen(context, builder, sig, args):
-        pointer = _element_pointer(context, builder, sig.args[0], args[0], args[1])
-        low = builder.load(builder.bitcast(pointer, _VECTOR.as_pointer()), align=4)
-        high_pointer = builder.gep(pointer, [ir.Constant(ir.IntType(64), WIDTH)])
-        high = builder.load(builder.bitcast(high_pointer, _VECTOR.as_pointer()), align=4)
-        return _shuffle(builder, low, high, [0, 2, 8, 10, 4, 6, 12, 14])
+        return _shuffle(builder, *_sixteen(context, builder, sig, args), _EVENS_SWIZZLED)
     return float32x8(array, index), codegen
+
+
+@intrinsic
+def vload_evens_odds_swizzled(typingctx, array, index):
+    """(the even elements, the odd elements) of array[index:index + 16], both in
+    :func:`vload_even_swizzled`'s lane order: two loads and two in-lane shuffles."""
+    def codegen(context, builder, sig, args):
+        low, high = _sixteen(context, builder, sig, args)
+        return context.make_tuple(builder, sig.return_type, [_shuffle(builder, low, high, _EVENS_SWIZZLED),
+                                                             _shuffle(builder, low, high, _ODDS_SWIZZLED)])
+    return types.UniTuple(float32x8, 2)(array, index), codegen
 
 
 @intrinsic
@@ -387,6 +408,17 @@ vadd = _lanewise('fadd', 'vadd', 'a + b per lane.')
 vsub = _lanewise('fsub', 'vsub', 'a - b per lane.')
 vmul = _lanewise('fmul', 'vmul', 'a * b per lane.')
 vdiv = _lanewise('fdiv', 'vdiv', 'a / b per lane.')
+
+
+@intrinsic
+def vkeep(typingctx, a, mask):
+    """a's bits where mask's lane is all ones (the bits of a float32 NaN 0xffffffff), +0 where
+    it is all zeros: a bitwise and, on eight lanes."""
+    def codegen(context, builder, sig, args):
+        integers = ir.VectorType(ir.IntType(32), WIDTH)
+        kept = builder.and_(builder.bitcast(args[0], integers), builder.bitcast(args[1], integers))
+        return builder.bitcast(kept, _VECTOR)
+    return float32x8(a, mask), codegen
 
 
 def _shuffle(builder, a, b, lanes):

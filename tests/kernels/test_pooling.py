@@ -1,6 +1,7 @@
 """The pooling kernels' ways through the planes that the layer tests do not pick out: max
 pooling by single rows by window rows (AVX-512) and by blocks by window rows (eight lanes),
-and the ReLU the small-plane kernels apply as they store. (Every way against Caffe's
+average pooling by blocks (eight lanes), and the ReLU the small-plane kernels apply as they
+store. (Every way against Caffe's
 definition: tests/layers/test_vision.py; against the NumPy references, NaN included:
 test_numpy_references.py.)"""
 import numpy as np
@@ -10,7 +11,7 @@ from pycaffe_ft.kernels import numpy_references as references
 from pycaffe_ft.kernels import pooling
 from pycaffe_ft.kernels.relu import relu_forward
 
-from .test_numpy_references import POOLS, _Bits, _both, _pool_case
+from .test_numpy_references import POOLS, _Bits, _both, _pool_case, _values
 
 SINGLE_ROWS = [(24, 24, 2, 0, 2), (32, 32, 3, 0, 2), (12, 17, 2, 0, 1), (9, 29, 5, 2, 2), (11, 26, 3, 2, 3)]
 """(H, W, kernel, pad, stride): window rows shared by stride kh - 1 or not, windows clipped by
@@ -30,9 +31,9 @@ def test_max_pooling_of_rows_up_to_sixteen_goes_by_window_rows(geometry):
 BLOCKS = [g for g in POOLS if pooling._by_blocks(g[0], g[1], g[2], g[2], g[3], g[3], g[4], g[4],
                                                 -(-(g[0] + 2 * g[3] - g[2]) // g[4]) + 1,
                                                 -(-(g[1] + 2 * g[3] - g[2]) // g[4]) + 1)]
-"""The geometries of POOLS that go by blocks by window rows without AVX-512: stride 2 (a row
-shared) and 1 (two), pads, a last block overlapping the one before, a last window row and
-column past the image."""
+"""The geometries of POOLS that go by blocks without AVX-512 (max pooling by window rows):
+stride 2 (a row shared) and 1 (two), pads, a last block overlapping the one before, a last
+window row and column past the image."""
 
 
 def test_blocks_by_window_rows_take_these_geometries():
@@ -66,6 +67,65 @@ def test_blocks_by_window_rows_give_caffes_bits(geometry, relu):
                                                                  relu),
                          reference, [size, size], lambda y, mask: (x, planes, *args, y, mask))
     assert ours == theirs
+
+
+@pytest.mark.skipif(pooling.WIDE, reason='blocks: CPUs without AVX-512')
+@pytest.mark.parametrize('geometry', BLOCKS)
+def test_average_pooling_of_small_planes_goes_by_blocks(geometry):
+    planes, x, args = _pool_case(geometry, 0)
+    y = np.empty(planes * args[-2] * args[-1], np.float32)
+    kernel, _ = pooling._small_planes(x, planes, *args, pooling.window_taps(*args), y, y, True, False)
+    assert kernel is _ave_block_kernel(args[7])
+
+
+def _ave_block_kernel(sw):
+    return (pooling._ave_pool_blocks_3x3_stride_1, pooling._ave_pool_blocks_3x3_stride_2)[sw - 1]
+
+
+def _ave_blocks_against_caffe(planes, x, args, relu, ahead=64):
+    """The average blocks kernel of this geometry and Caffe's loops in NumPy (then the ReLU),
+    as :class:`_Bits`."""
+    height, width, kh, kw, ph, pw, sh, sw, out_h, out_w = args
+    kernel, table = _ave_block_kernel(sw), pooling.window_taps(*args)[7]
+
+    def reference(*a):
+        references.ave_pool_caffe(*a)
+        if relu:
+            relu_forward(a[-1], a[-1])
+    return _both(lambda *a: kernel(x, planes, height, width, ph, pw, sh, out_h, out_w, table, a[-1], ahead, relu),
+                 reference, [planes * out_h * out_w], lambda y: (x, planes, *args, y))
+
+
+@pytest.mark.parametrize('relu', [False, True])
+@pytest.mark.parametrize('geometry', BLOCKS)
+def test_average_blocks_give_caffes_bits(geometry, relu):
+    """On every CPU (the layer tests take them only where there is no AVX-512): against Caffe's
+    loops in NumPy, NaN, infinities and signed zeros included; the first and last planes,
+    whose reads would leave x, through the scratch plane."""
+    planes, x, args = _pool_case(geometry, sum(geometry) + relu)
+    ours, theirs = _ave_blocks_against_caffe(planes, x, args, relu)
+    assert ours == theirs
+
+
+def test_average_blocks_give_caffes_bits_for_every_small_geometry():
+    """Every 3 x 3 geometry the blocks take with planes up to 20 x 20 (and the widest, 32), pads
+    0 to 2: the clipped windows at every edge, the divisors' padded rows and columns, one block
+    a row or more, the table's block and row layout."""
+    rng = np.random.default_rng(5)
+    taken = 0
+    for height in (3, 4, 5, 6, 7, 8, 9, 11, 14, 17, 20, 32):
+        for width in (6, 7, 8, 9, 10, 15, 16, 17, 20, 32):
+            for pad in (0, 1, 2):
+                for stride in (1, 2):
+                    out_h, out_w = (-(-(size + 2 * pad - 3) // stride) + 1 for size in (height, width))
+                    if not pooling._by_blocks(height, width, 3, 3, pad, pad, stride, stride, out_h, out_w):
+                        continue  # (which leaves out a last window wholly in the pad, as Caffe does)
+                    planes, _, args = _pool_case((height, width, 3, pad, stride), 0)
+                    x = _values(rng, planes * height * width)
+                    ours, theirs = _ave_blocks_against_caffe(planes, x, args, False)
+                    assert ours == theirs, (height, width, pad, stride)
+                    taken += 1
+    assert taken > 150
 
 
 @pytest.mark.parametrize('method', ['MAX', 'AVE'])

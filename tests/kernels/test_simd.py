@@ -4,8 +4,9 @@ import numpy as np
 import pytest
 from numba import njit
 
-from pycaffe_ft.kernels.simd import WIDE, vload, vload_even_swizzled, vstore, vtranspose, vunswizzle, wfull, whalves, \
-    wload, wload_even, wload_even_rows, wload_rows, wpick, wpick2, wramp_rows, wstore
+from pycaffe_ft.kernels.simd import WIDE, vkeep, vload, vload_even_swizzled, vload_evens_odds_swizzled, vstore, \
+    vtranspose, vunswizzle, wfull, whalves, wload, wload_even, wload_even_rows, wload_rows, wpick, wpick2, wramp_rows, \
+    wstore
 
 
 @njit(cache=False)
@@ -59,6 +60,29 @@ def test_two_rows_in_one_wide_vector():
         np.testing.assert_array_equal(out[:16], np.concatenate([x[at:at + 8], x[at + offset:at + offset + 8]]))
         np.testing.assert_array_equal(out[16:32], np.concatenate([x[at:at + 16:2], x[at + offset:at + offset + 16:2]]))
         np.testing.assert_array_equal(out[32:], np.concatenate([at + 2 * np.arange(8), at + offset + 2 * np.arange(8)]))
+
+
+@njit(cache=False)
+def _evens_odds(x, at, mask):
+    out = np.empty(24, np.float32)
+    evens, odds = vload_evens_odds_swizzled(x, at)
+    vstore(out, 0, evens)
+    vstore(out, 8, odds)
+    vstore(out, 16, vkeep(vload(x, at), vload(mask, 0)))
+    return out
+
+
+def test_evens_and_odds_in_swizzled_order_and_the_bitwise_keep():
+    x = np.arange(100, dtype=np.float32) - np.float32(50.0)
+    x[7] = np.nan
+    keep = np.array([0, 0xffffffff, 0xffffffff, 0, 0xffffffff, 0, 0, 0xffffffff], np.uint32)
+    swizzled = [0, 1, 4, 5, 2, 3, 6, 7]
+    for at in (0, 3, 40):
+        out = _evens_odds(x, at, keep.view(np.float32))
+        np.testing.assert_array_equal(out[:8], x[at:at + 16:2][swizzled])
+        np.testing.assert_array_equal(out[8:16], x[at + 1:at + 16:2][swizzled])
+        kept = np.where(keep != 0, x[at:at + 8].view(np.uint32), np.uint32(0))  # +0 where not kept
+        np.testing.assert_array_equal(out[16:24].view(np.uint32), kept)
 
 
 def test_transpose_of_eight_rows():
