@@ -53,6 +53,8 @@ Four ways through the planes:
   zeroed and read-modified-written by every window over it (CIFAR10-quick's pool2 backward
   alone, alternated: 9.6 -> 15.8 GB/s, pool3 11.8 -> 17.2).
 """
+import functools
+
 import numpy as np
 from numba import njit
 
@@ -71,8 +73,7 @@ def window_taps(height, width, kh, kw, ph, pw, sh, sw, out_h, out_w):
     ``offsets[starts[o]:starts[o + 1]]`` (its window clipped to the image, row-major), average
     pooling divides its sum by ``sizes[o]`` (the window clipped to the padded image, as Caffe
     counts), and ``covers`` (:func:`_covering_outputs`) lists the outputs whose windows hold
-    each input; then the small-plane kernels' tables (None where they do not take the
-    geometry). Built with NumPy once a geometry (no compiling at a cold start)."""
+    each input. Built with NumPy once a geometry (no compiling at a cold start)."""
     h0 = np.arange(out_h, dtype=np.int64) * sh - ph
     w0 = np.arange(out_w, dtype=np.int64) * sw - pw
     h1, w1 = np.minimum(h0 + kh, height + ph), np.minimum(w0 + kw, width + pw)
@@ -91,8 +92,7 @@ def window_taps(height, width, kh, kw, ph, pw, sh, sw, out_h, out_w):
     return starts, offsets, sizes, _covering_outputs(starts, offsets, height * width), \
         _plane_picks(height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, sizes), \
         _pair_picks(height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, sizes), \
-        _row_picks(height, width, kw, ph, pw, sh, sw, out_h, out_w), \
-        _block_table(height, width, kh, kw, ph, pw, sh, sw, out_h, out_w)
+        _row_picks(height, width, kw, ph, pw, sh, sw, out_h, out_w)
 
 
 def _chunk_windows(height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, sizes, per):
@@ -732,7 +732,8 @@ def _small_planes(x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w
     if BLOCKS_BY_WINDOW_ROWS and _by_blocks(height, width, kh, kw, ph, pw, sh, sw, out_h, out_w):
         if average:
             return ((_ave_pool_blocks_3x3_stride_1, _ave_pool_blocks_3x3_stride_2)[sw - 1],
-                    (x, planes, height, width, ph, pw, sh, out_h, out_w, taps[7], y, PLANE_AHEAD, relu))
+                    (x, planes, height, width, ph, pw, sh, out_h, out_w,
+                     _ave_block_table(height, width, ph, pw, sh, sw, out_h, out_w), y, PLANE_AHEAD, relu))
         return _max_pool_blocks_3x3, (x, planes, height, width, ph, pw, sh, sw, out_h, out_w, y, mask, PLANE_AHEAD,
                                       relu)
     if ROW_PAIRS and taps[5] is not None:
@@ -1281,8 +1282,8 @@ def _max_pool_blocks_3x3(x, planes, height, width, ph, pw, sh, sw, out_h, out_w,
 # loads and two shuffles (evens and odds) and one load and shuffle more at stride 2, three loads
 # at stride 1; a tap outside the image adds +0 instead, which leaves the sum's bits alone (it
 # starts at +0 and so is never -0), as Caffe skipping it. Which taps are inside, and the
-# divisors, are the same for every plane: a table made once a geometry (:func:`_ave_block_table`,
-# in :func:`window_taps`) holds them. Zen 3, one thread, alternated with the plane-lane kernel:
+# divisors, are the same for every plane: a table made once a geometry (:func:`_ave_block_table`)
+# holds them. Zen 3, one thread, alternated with the plane-lane kernel:
 # CIFAR10-quick's 16 x 16 pool2 (3200 planes) hot 92-164 -> 72-101 ns a plane, in-net 0.82-0.93
 # -> 0.55-0.69 ms (two threads 0.62 -> 0.49 ms). (Its 8 x 8 pool3 by blocks of two rows of four
 # outputs was no faster in `time`: 0.243 ms against 0.245, median of seven runs each.) The taps'
@@ -1314,15 +1315,10 @@ def _edge_row_taps3(x, left, row, height, width, sw, table, keep, total):
 _BLOCK_FLOATS, _ROW_FLOATS = 32, 80  # the table's floats a block and a block's output row
 
 
-def _block_table(height, width, kh, kw, ph, pw, sh, sw, out_h, out_w):
-    """:func:`_ave_block_table` where average pooling of this geometry goes by blocks, else None."""
-    if not _by_blocks(height, width, kh, kw, ph, pw, sh, sw, out_h, out_w):
-        return None
-    return _ave_block_table(height, width, ph, pw, sh, sw, out_h, out_w)
-
-
+@functools.lru_cache(maxsize=64)
 def _ave_block_table(height, width, ph, pw, sh, sw, out_h, out_w):
-    """What :func:`_ave_blocks3` takes for this geometry, flat float32, lanes in
+    """What :func:`_ave_blocks3` takes for this geometry (made on its first call, then kept:
+    1.7 ms for a 16 x 16 plane, 6 for 32 x 32), flat float32, lanes in
     :func:`_row_taps8`'s order where they are taps': for each block, whether each of its three
     taps' columns is in the image (all ones bits, :func:`~.simd.vkeep`, or zeros) and the
     divisors of windows wholly inside the image's rows (in output order); then for each block

@@ -1,9 +1,8 @@
 """The pooling kernels' ways through the planes that the layer tests do not pick out: max
 pooling by single rows by window rows (AVX-512) and by blocks by window rows (eight lanes),
 average pooling by blocks (eight lanes), and the ReLU the small-plane kernels apply as they
-store. (Every way against Caffe's
-definition: tests/layers/test_vision.py; against the NumPy references, NaN included:
-test_numpy_references.py.)"""
+store. (Every way against Caffe's definition: tests/layers/test_vision.py; against the NumPy
+references, NaN included: test_numpy_references.py.)"""
 import numpy as np
 import pytest
 
@@ -69,6 +68,10 @@ def test_blocks_by_window_rows_give_caffes_bits(geometry, relu):
     assert ours == theirs
 
 
+def _ave_block_kernel(sw):
+    return (pooling._ave_pool_blocks_3x3_stride_1, pooling._ave_pool_blocks_3x3_stride_2)[sw - 1]
+
+
 @pytest.mark.skipif(pooling.WIDE, reason='blocks: CPUs without AVX-512')
 @pytest.mark.parametrize('geometry', BLOCKS)
 def test_average_pooling_of_small_planes_goes_by_blocks(geometry):
@@ -78,15 +81,11 @@ def test_average_pooling_of_small_planes_goes_by_blocks(geometry):
     assert kernel is _ave_block_kernel(args[7])
 
 
-def _ave_block_kernel(sw):
-    return (pooling._ave_pool_blocks_3x3_stride_1, pooling._ave_pool_blocks_3x3_stride_2)[sw - 1]
-
-
 def _ave_blocks_against_caffe(planes, x, args, relu, ahead=64):
     """The average blocks kernel of this geometry and Caffe's loops in NumPy (then the ReLU),
     as :class:`_Bits`."""
     height, width, kh, kw, ph, pw, sh, sw, out_h, out_w = args
-    kernel, table = _ave_block_kernel(sw), pooling.window_taps(*args)[7]
+    kernel, table = _ave_block_kernel(sw), pooling._ave_block_table(height, width, ph, pw, sh, sw, out_h, out_w)
 
     def reference(*a):
         references.ave_pool_caffe(*a)
@@ -117,10 +116,9 @@ def test_average_blocks_give_caffes_bits_for_every_small_geometry():
         for width in (6, 7, 8, 9, 10, 15, 16, 17, 20, 32):
             for pad in (0, 1, 2):
                 for stride in (1, 2):
-                    out_h, out_w = (-(-(size + 2 * pad - 3) // stride) + 1 for size in (height, width))
-                    if not pooling._by_blocks(height, width, 3, 3, pad, pad, stride, stride, out_h, out_w):
-                        continue  # (which leaves out a last window wholly in the pad, as Caffe does)
                     planes, _, args = _pool_case((height, width, 3, pad, stride), 0)
+                    if not pooling._by_blocks(*args):
+                        continue  # (which leaves out a last window wholly in the pad, as Caffe does)
                     x = _values(rng, planes * height * width)
                     ours, theirs = _ave_blocks_against_caffe(planes, x, args, False)
                     assert ours == theirs, (height, width, pad, stride)
