@@ -2,8 +2,10 @@
 
 Configured by ``inject(specs)`` or the environment variable ``PYCAFFE_FT_INJECT_FAULT``
 ("RANK:ITER[:PHASE]", several separated by commas; RANK is the original MPI rank, 0 when
-serial; PHASE one of start (before the ranks' first collective, iteration 0), forward, backward, bucket (a gradient bucket in flight: --overlap on or
-two levels), allgather (the sum in worker order: segments exchanged, not yet gathered), node
+serial; PHASE one of mpi-init (just before the rank's MPI starts, iteration 0: the other
+ranks wait in MPI_Init and the --np launcher starts the job again), start (before the ranks'
+first collective, iteration 0), forward, backward, bucket (a gradient bucket in flight:
+--overlap on or two levels), allgather (the sum in worker order: segments exchanged, not yet gathered), node
 (a bucket in flight to the node leader, two-level reduction), leader (a bucket in flight
 among the node leaders: only a leader dies there), allreduce, agree (between a collective and
 the Agree on its outcome), snapshot, test, broadcast, regrow (spawning replacements, or sending
@@ -18,8 +20,8 @@ import time
 
 __all__ = ['inject', 'check', 'PHASES', 'parse_spec', 'warn_unfired', 'impossible']
 
-PHASES = ('start', 'forward', 'backward', 'bucket', 'allgather', 'node', 'leader', 'allreduce', 'agree', 'snapshot', 'test',
-          'broadcast', 'regrow')
+PHASES = ('mpi-init', 'start', 'forward', 'backward', 'bucket', 'allgather', 'node', 'leader', 'allreduce', 'agree',
+          'snapshot', 'test', 'broadcast', 'regrow')
 _specs = []
 _rank = [0]
 
@@ -79,13 +81,15 @@ def impossible(specs, ranks, param, parallel=True, two_level=False, regrow=False
             reason = 'phase regrow happens only with --regrow'
         elif iteration >= param.max_iter and phase != 'snapshot' and not (phase == 'test' and iteration == param.max_iter):
             reason = 'training ends at iteration %d' % param.max_iter
-        elif not parallel and phase in ('start', 'bucket', 'allgather', 'node', 'leader', 'allreduce', 'agree', 'broadcast',
-                                        'test', 'forward', 'backward', 'regrow'):
+        elif not parallel and phase in ('mpi-init', 'start', 'bucket', 'allgather', 'node', 'leader', 'allreduce', 'agree',
+                                        'broadcast', 'test', 'forward', 'backward', 'regrow'):
             reason = 'phase %s is checked only in data-parallel runs' % phase
         elif phase == 'broadcast' and iteration != 0:
             reason = 'weights are broadcast only at iteration 0'
-        elif phase == 'start' and iteration != 0:
+        elif phase in ('mpi-init', 'start') and iteration != 0:
             reason = 'the ranks start only at iteration 0'
+        elif phase == 'mpi-init' and rank >= ranks:
+            reason = 'replacements join a job whose MPI has started'
         elif phase in ('node', 'leader') and not (two_level and bucketed):
             reason = 'phase %s exists only in a two-level reduction (--ranks-per-node, or several nodes)' % phase
         elif phase == 'bucket' and not bucketed:

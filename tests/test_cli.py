@@ -212,6 +212,9 @@ def test_fault_entries_that_can_never_fire_are_warned_about_at_start():
     # --regrow: replacements take the ranks after the job's, and phase regrow exists
     assert dict(faults.impossible(['5:3', '1:6:regrow'], 4, param, regrow=True)) == {}
     assert dict(faults.impossible(['1:6:regrow'], 4, param)) == {'1:6:regrow': 'phase regrow happens only with --regrow'}
+    assert dict(faults.impossible(['1:0:mpi-init', '1:2:mpi-init', '5:0:mpi-init'], 4, param, regrow=True)) == {
+        '1:2:mpi-init': 'the ranks start only at iteration 0',
+        '5:0:mpi-init': 'replacements join a job whose MPI has started'}
 
 
 @pytest.mark.parametrize('flags', [['--regrow'], ['--regrow', '--np', '2', '--ft', 'off']])
@@ -222,36 +225,58 @@ def test_regrow_needs_a_fault_tolerant_job_of_several_ranks(tmp_path, flags):
     assert proc.returncode == 1 and '--regrow replaces failed ranks of a fault-tolerant job' in proc.stderr
 
 
-def test_the_np_launcher_starts_mpiexec_again_when_no_rank_ran(tmp_path, monkeypatch):
+def test_the_np_launcher_starts_mpiexec_again_when_no_rank_s_mpi_started(tmp_path, monkeypatch):
     """mpiexec once exited before starting any rank ("The PMIx server's listener thread failed
-    to start"): the launcher tells that from a job whose ranks ran (they mark the start) and
-    starts it again, at most MPIEXEC_START_RETRIES times, without spending a --max-restarts."""
+    to start"), and once every rank ended inside MPI_Init_thread (one crashed in Open MPI's
+    start-up and took the others down); a rank lost before its MPI started leaves the others
+    waiting in MPI_Init, and the launcher's watch ends the job. Nothing was trained: the
+    launcher tells these from a job whose ranks' MPI started (the ranks' marks,
+    pycaffe_ft.parallel.startup) and starts it again, at most MPIEXEC_START_RETRIES times,
+    without spending a --max-restarts and without the mpi-init faults (they fired)."""
     from pycaffe_ft.cli import train as train_module
-    from pycaffe_ft.parallel import launcher
+    from pycaffe_ft.parallel import launcher, startup
     (tmp_path / 'solver.prototxt').write_text('net: "net.prototxt"\nmax_iter: 1\n')
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(train_module, 'warm_up', lambda solver: None)
-    monkeypatch.setattr(sys, 'argv', ['pycaffe-ft', 'train', '--solver', 'solver.prototxt', '--np', '2'])
+    monkeypatch.setattr(startup, 'START_GRACE_S', 0.0)
     for var in ('PYCAFFE_FT_STATUS_FILE', 'OMPI_MCA_mpi_ft_detector', 'OMPI_MCA_mpi_ft_detector_thread',
-                'OMPI_MCA_mpi_ft_detector_timeout', 'OMPI_MCA_mpi_ft_detector_period'):
+                'OMPI_MCA_mpi_ft_detector_timeout', 'OMPI_MCA_mpi_ft_detector_period', 'OMPI_COMM_WORLD_RANK'):
         monkeypatch.setenv(var, '')  # _launch_ranks sets them for its ranks: restored afterwards
     monkeypatch.setattr(cli.time, 'sleep', lambda seconds: None)
     outcomes, calls = [], []
+    gone = subprocess.Popen([sys.executable, '-c', 'pass'])
+    gone.wait()
 
-    def fake_launch(n, run, **options):  # what happened to each mpiexec: None = no rank started
+    def fake_launch(n, run, **options):
+        """What happened to each mpiexec: None = no rank started, 'no-mpi' = every rank ended in
+        MPI_Init, 'lost' = rank 1 was lost before its MPI started (the others wait), 'died' =
+        the ranks ran and died, 'finished' = the job ended."""
         calls.append(run)
         status = os.environ['PYCAFFE_FT_STATUS_FILE']
         outcome = outcomes.pop(0)
-        if outcome is not None:
-            open(status + '.started', 'w').close()
+        for rank in range(n) if outcome is not None else ():
+            monkeypatch.setenv('OMPI_COMM_WORLD_RANK', str(rank))
+            with monkeypatch.context() as m:
+                m.setattr(os, 'getpid', lambda: gone.pid if outcome == 'lost' and rank == 1 else os.getppid())
+                startup.mark_rank_started()
+            if outcome in ('died', 'finished'):
+                open('%s.up%d' % (status, rank), 'w').close()
+        if outcome == 'lost':
+            assert options['abandon']()  # the launcher's poll: launch() kills the job then
+            return -9
         if outcome == 'finished':
             open(status, 'w').close()
-        return 0 if outcome == 'finished' else 1
+        return {'died': 1, None: 1}.get(outcome, 0)
     monkeypatch.setattr(launcher, 'launch', fake_launch)
     args = cli.build_parser().parse_args(['train', '--solver', 'solver.prototxt', '--np', '2'])
-    outcomes[:] = [None, None, 'finished']
-    assert cli._launch_ranks(args, None) == 0 and len(calls) == 3
-    outcomes[:] = [None, None, None]  # retries exhausted: the error stands
+    monkeypatch.setattr(sys, 'argv', ['pycaffe-ft', 'train', '--solver', 'solver.prototxt', '--np', '2',
+                                      '--inject-fault', '1:0:mpi-init', '--inject-fault=1:5'])
+    for first in (None, 'no-mpi', 'lost'):
+        outcomes[:] = [first, 'finished']
+        calls.clear()
+        assert cli._launch_ranks(args, None) == 0 and len(calls) == 2
+        assert '1:0:mpi-init' in calls[0] and '1:0:mpi-init' not in calls[1] and '--inject-fault=1:5' in calls[1]
+    outcomes[:] = [None, 'lost', 'no-mpi']  # retries exhausted: the error stands
     calls.clear()
     assert cli._launch_ranks(args, None) == 1 and len(calls) == 3
     outcomes[:] = ['died']  # ranks ran and died: no retry without --max-restarts

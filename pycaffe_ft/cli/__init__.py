@@ -256,7 +256,8 @@ def _virtual_workers(args, snapshot):
 
 
 MPIEXEC_START_RETRIES = 2
-"""How many times the --np launcher starts mpiexec again when it exits before any rank ran."""
+"""How many times the --np launcher starts mpiexec again when it ends, or is ended, before any
+rank's MPI started (nothing trained: see :mod:`pycaffe_ft.parallel.startup`)."""
 
 
 def _launch_ranks(args, snapshot):
@@ -264,6 +265,7 @@ def _launch_ranks(args, snapshot):
     whole job from its newest snapshot up to --max-restarts times if it dies as a whole."""
     from ..log import logger
     from ..parallel.launcher import Placement, launch
+    from ..parallel.startup import StartupWatch
     from . import progress
     from .train import warm_up
     placement = Placement(args.hostfile, args.host, args.net_if)
@@ -279,42 +281,75 @@ def _launch_ranks(args, snapshot):
         os.environ.update(OMPI_MCA_mpi_ft_detector='true', OMPI_MCA_mpi_ft_detector_thread='true',
                           OMPI_MCA_mpi_ft_detector_timeout=repr(args.hang_timeout),
                           OMPI_MCA_mpi_ft_detector_period=repr(args.hang_timeout / 4.0))
+    watch = StartupWatch(status, args.np, placement.local)
     code, attempt, unstarted = 1, 0, 0
-    while attempt <= args.max_restarts:
-        if attempt:
-            argv = _strip_flag(argv, '--inject-fault')  # scheduled faults belong to the first attempt
-            argv = _strip_flag(argv, '--inject_fault')
-            snapshot = _newest_snapshot(args.solver) or snapshot
-            logger.warning('the job died as a whole (exit code %d); restart %d of %d from %s', code, attempt,
-                           args.max_restarts, snapshot or 'the beginning (no snapshot yet)')
-        run = argv + (['--snapshot', snapshot] if snapshot else []) + ['--mpi-worker']
-        options = dict(ft=args.ft != 'off', placement=placement, finished=lambda: os.path.exists(status))
-        if progress.wanted():
-            with progress.ProgressLine() as line:
-                code = launch(args.np, run, relay=progress.TerminalRelay(line), **options)
-        else:
-            code = launch(args.np, run, **options)
-        started = os.path.exists(status + '.started')
-        if started:
-            os.unlink(status + '.started')
-        elif code != 0 and unstarted < MPIEXEC_START_RETRIES:  # no rank ran: mpiexec itself failed to start
-            unstarted += 1  # (seen once in ~130 launches: "The PMIx server's listener thread failed to start")
-            logger.warning('mpiexec exited with code %d before starting any rank; starting it again (%d of %d)',
-                           code, unstarted, MPIEXEC_START_RETRIES)
-            time.sleep(1.0)
-            continue
-        finished = os.path.exists(status)
-        if finished:  # the root wrote it after the final snapshot: what follows is the ranks' exit
-            os.unlink(status)
-            if code != 0:
-                logger.warning('mpiexec exited with code %d after training had finished (a process ending badly '
-                               'at exit); the final snapshot is complete', code)
-            return 0
-        if code == 0:  # with ULFM mpiexec reports 0 even when every rank was killed
-            code = 1
-            logger.error('every rank died before the end of training (no rank finished)')
-        attempt += 1
+    try:
+        while attempt <= args.max_restarts:
+            if attempt:
+                argv = _strip_flag(argv, '--inject-fault')  # scheduled faults belong to the first attempt
+                argv = _strip_flag(argv, '--inject_fault')
+                snapshot = _newest_snapshot(args.solver) or snapshot
+                logger.warning('the job died as a whole (exit code %d); restart %d of %d from %s', code, attempt,
+                               args.max_restarts, snapshot or 'the beginning (no snapshot yet)')
+            run = argv + (['--snapshot', snapshot] if snapshot else []) + ['--mpi-worker']
+            failed_start = []
+
+            def abandon():
+                reason = watch.failure()
+                if reason:
+                    failed_start.append(reason)
+                return reason
+            options = dict(ft=args.ft != 'off', placement=placement, finished=lambda: os.path.exists(status),
+                           abandon=abandon)
+            if progress.wanted():
+                with progress.ProgressLine() as line:
+                    code = launch(args.np, run, relay=progress.TerminalRelay(line), **options)
+            else:
+                code = launch(args.np, run, **options)
+            finished = os.path.exists(status)
+            ran, mpi_started = watch.ranks_ran(), watch.mpi_started()
+            watch.clear()
+            if finished:  # the root wrote it after the final snapshot: what follows is the ranks' exit
+                os.unlink(status)
+                if code != 0:
+                    logger.warning('mpiexec exited with code %d after training had finished (a process ending '
+                                   'badly at exit); the final snapshot is complete', code)
+                return 0
+            if unstarted < MPIEXEC_START_RETRIES and (failed_start or (ran and not mpi_started) or
+                                                      (not ran and code != 0)):
+                unstarted += 1  # no rank's MPI started: nothing was trained, nothing was written
+                if failed_start:
+                    why = 'the start-up failed (%s): the job was ended' % failed_start[0]
+                elif ran:  # a rank crashed inside MPI_Init_thread and took the others down in theirs
+                    why = 'every rank ended before its MPI had started (exit code %d)' % code
+                else:  # seen once in ~130 launches: "The PMIx server's listener thread failed to start"
+                    why = 'mpiexec exited with code %d before starting any rank' % code
+                logger.warning('%s; starting it again (%d of %d)', why, unstarted, MPIEXEC_START_RETRIES)
+                argv = _strip_faults_in_phase(argv, 'mpi-init')  # they fired; no other phase came
+                time.sleep(1.0)
+                continue
+            if code == 0:  # with ULFM mpiexec reports 0 even when every rank was killed
+                code = 1
+                logger.error('every rank died before the end of training (no rank finished)')
+            attempt += 1
+    finally:
+        watch.clear()
     return code
+
+
+def _strip_faults_in_phase(argv, phase):
+    """``argv`` without the --inject-fault specs of fault phase ``phase``."""
+    from ..faults import parse_spec
+    out, i = [], 0
+    while i < len(argv):
+        flag, _, value = argv[i].partition('=')
+        spec = value if value else (argv[i + 1] if i + 1 < len(argv) else '')
+        if flag in ('--inject-fault', '--inject_fault') and parse_spec(spec)[2] == phase:
+            i += 1 if value else 2
+            continue
+        out.append(argv[i])
+        i += 1
+    return out
 
 
 def _strip_flag(argv, flag):
@@ -552,7 +587,8 @@ def build_parser():
     p.add_argument('--max-regrows', '--max_regrows', type=_non_negative_int, default=10,
                    help='with --regrow: at most this many re-grow attempts (default 10)')
     p.add_argument('--inject-fault', '--inject_fault', action='append', default=[], type=_fault_spec,
-                   help='RANK:ITER[:PHASE]: SIGKILL that rank there; phases: %s (bucket: a gradient bucket in '
+                   help='RANK:ITER[:PHASE]: SIGKILL that rank there; phases: %s (mpi-init: just before the '
+                        'rank starts MPI, iteration 0; bucket: a gradient bucket in '
                         'flight; allgather: the sum in worker order between its two exchanges; node and leader: '
                         'a bucket in flight at that level of a two-level reduction); '
                         'repeatable; entries that can never fire are warned about at start' % ', '.join(PHASES))
@@ -690,8 +726,11 @@ def main(argv=None):
         from ..intra_op import set_num_threads
         set_num_threads(args.threads)
     rank = args.command == 'train' and (args.mpi_worker or _in_mpi_job())
-    if rank and os.environ.get('PYCAFFE_FT_STATUS_FILE'):  # the --np launcher: mpiexec did start ranks
-        open(os.environ['PYCAFFE_FT_STATUS_FILE'] + '.started', 'a').close()
+    if rank:
+        from ..parallel.comm import JOINING
+        from ..parallel.startup import mark_rank_started
+        if not JOINING:  # (a replacement joins a job whose start-up is over)
+            mark_rank_started()
     try:
         code = COMMANDS[args.command][0](args) or 0
     except CaffeError as e:

@@ -20,6 +20,7 @@ import numpy as np
 from .. import faults
 from ..errors import CaffeError
 from . import join
+from .startup import start_mpi
 
 __all__ = ['ProcessFailure', 'SerialComm', 'MPIComm', 'ULFMComm', 'make_comm', 'JOINING']
 
@@ -86,8 +87,7 @@ class MPIComm:
     """Fail-stop MPI (``--ft off``): the first failure ends the job."""
 
     def __init__(self):
-        from mpi4py import MPI
-        self.MPI = MPI
+        MPI = self.MPI = start_mpi()
         self.comm = MPI.COMM_WORLD.Dup()
         self.world_rank = MPI.COMM_WORLD.Get_rank()
         self._refresh()
@@ -207,7 +207,10 @@ class ULFMComm(MPIComm):
             raise CaffeError('fault tolerance needs ULFM, but this job was started without it: run '
                              'mpiexec --with-ft ulfm --mca btl tcp,self ... (or let pycaffe-ft train '
                              '--np N start the ranks), or train with --ft off for fail-stop MPI')
-        from mpi4py import MPI
+        if JOINING:
+            from mpi4py import MPI  # started by join.py
+        else:
+            MPI = start_mpi()
         self.MPI = MPI
         if not all(hasattr(MPI.Comm, name) for name in ('Revoke', 'Shrink', 'Agree')):
             raise CaffeError('this MPI has no ULFM support (MPI_Comm_revoke/shrink/agree): install '

@@ -127,11 +127,12 @@ def _die_with_parent():
         pass
 
 
-def _wait(proc, finished, grace):
+def _wait(proc, finished, grace, abandon):
     """mpiexec's exit code; after ``finished()`` turned true and ``grace`` seconds, the
-    processes left in mpiexec's session are killed (and 0 is returned: the job had ended)."""
+    processes left in mpiexec's session are killed (and 0 is returned: the job had ended), and
+    so are they at once when ``abandon()`` returns a reason (and mpiexec's code is returned)."""
     import time
-    if finished is None:
+    if finished is None and abandon is None:
         return proc.wait()
     done_at = None
     while True:
@@ -139,7 +140,10 @@ def _wait(proc, finished, grace):
             return proc.wait(timeout=0.5)
         except subprocess.TimeoutExpired:
             pass
-        if done_at is None and finished():
+        if abandon is not None and abandon():
+            _kill_session(proc.pid)
+            return proc.wait()
+        if done_at is None and finished is not None and finished():
             done_at = time.monotonic()
         if done_at is not None and time.monotonic() - done_at > grace:
             _kill_session(proc.pid)
@@ -177,7 +181,7 @@ def _kill_session(sid):
 RELAYED = {signal.SIGINT: signal.SIGUSR1, signal.SIGTERM: signal.SIGUSR1, signal.SIGHUP: signal.SIGUSR2}
 
 
-def launch(n, argv, ft=True, relay=None, placement=None, finished=None, grace=15.0):
+def launch(n, argv, ft=True, relay=None, placement=None, finished=None, grace=15.0, abandon=None):
     """Run the ranks; returns mpiexec's exit code. Each rank's BLAS runs one thread per call;
     the ranks' own thread count is the user's (``--threads``, the usual variables) or automatic
     (the cores divided among the ranks of a node, see :mod:`pycaffe_ft.intra_op`).
@@ -190,6 +194,7 @@ def launch(n, argv, ft=True, relay=None, placement=None, finished=None, grace=15
     ``finished()`` (optional) says that the job's root has ended training: from then on mpiexec
     gets ``grace`` seconds to end, then whatever is left of the job (a rank that was stopped
     and excluded as hung never exits by itself) is killed, so the launcher always returns.
+    ``abandon()`` (optional, polled like it) returning a reason kills the job at once.
 
     ``relay`` (optional) takes the ranks' output: its ``environment(env)`` adjusts the ranks'
     environment and ``pump(pipe, stream)`` copies one of mpiexec's pipes to our stream (called
@@ -221,7 +226,7 @@ def launch(n, argv, ft=True, relay=None, placement=None, finished=None, grace=15
         proc.send_signal(RELAYED[signum])
     previous = {sig: signal.signal(sig, forward_signal) for sig in RELAYED}
     try:
-        code = _wait(proc, finished, grace)
+        code = _wait(proc, finished, grace, abandon)
         for pump in pumps:
             pump.join(timeout=10)  # EOF once every rank has exited
         return code

@@ -229,6 +229,20 @@ def test_survives_failures_in_every_phase(failure_free, tmp_path, mnist, faults)
     assert os.path.exists(tmp_path / 'ft' / 'lenet_iter_10.solverstate')  # written even when the root died there
 
 
+def test_a_rank_lost_before_its_mpi_started_the_job_starts_again(failure_free, tmp_path, mnist):
+    """Rank 1 SIGKILLed just before MPI_Init: under ULFM the others wait in MPI_Init for ever
+    (measured), so the launcher's start-up watch ends the job and starts it again (nothing was
+    trained); the weights and the ledger are the failure-free run's, bit for bit."""
+    ok, _ = failure_free(['--np', '3'])
+    ft = make_job(tmp_path / 'ft', mnist)
+    log = train(ft, '--np', '3', '--inject-fault', '1:0:mpi-init')
+    assert 'rank 1 was killed or ended before its MPI had started' in log and 'starting it again (1 of 2)' in log
+    expected, got = weights(ok, 20), weights(ft, 20)
+    assert all(np.array_equal(expected[k], got[k]) for k in expected)
+    assert ledger(ok) == ledger(ft)
+    assert not list(ft.glob('.pycaffe-ft-job-*'))
+
+
 @pytest.mark.parametrize('victim', [1, 0])  # 0: the surviving rank becomes root and must log
 def test_below_min_ranks_gives_up_with_a_final_snapshot(tmp_path, mnist, victim):
     job = make_job(tmp_path, mnist)
