@@ -19,6 +19,8 @@ from .intra_op import num_threads, set_num_threads
 from .solvers import (NCCL, AdaDeltaSolver, AdaGradSolver, AdamSolver, NesterovSolver,
                       RMSPropSolver, SGDSolver, get_solver)
 from .registry import LAYERS as _LAYERS
+from .caffe_runtime import (Timer, has_nccl, init_log, log, set_multiprocess, set_solver_count, set_solver_rank,
+                            solver_count, solver_rank)  # (log: the function, as pycaffe's, not our log module)
 
 __version__ = '0.1.0'
 
@@ -29,7 +31,8 @@ __all__ = ['Net', 'Layer', 'Blob', 'NetSpec', 'layers', 'params', 'to_proto', 'i
            'Classifier', 'Detector', 'get_solver', 'SGDSolver', 'NesterovSolver', 'AdaGradSolver',
            'RMSPropSolver', 'AdaDeltaSolver', 'AdamSolver', 'NCCL', 'TRAIN', 'TEST', 'CaffeError', 'set_mode_cpu', 'set_mode_gpu',
            'set_device', 'set_random_seed', 'set_num_threads', 'num_threads', 'layer_type_list', 'caffe_pb2',
-           '__version__']
+           'init_log', 'log', 'has_nccl', 'solver_count', 'set_solver_count', 'solver_rank', 'set_solver_rank',
+           'set_multiprocess', 'Timer', '__version__']
 
 
 def set_mode_cpu():

@@ -11,7 +11,7 @@ import os
 import sys
 import threading
 
-__all__ = ['logger', 'set_stream', 'set_line_guard', 'warn_once']
+__all__ = ['logger', 'set_stream', 'set_line_guard', 'warn_once', 'set_min_level', 'log_to_stderr']
 
 _LETTER = {logging.DEBUG: 'I', logging.INFO: 'I', logging.WARNING: 'W', logging.ERROR: 'E',
            logging.CRITICAL: 'F'}
@@ -27,12 +27,15 @@ class GlogFormatter(logging.Formatter):
         return prefix + record.getMessage()
 
 
+_GLOG_LEVELS = {0: logging.INFO, 1: logging.WARNING, 2: logging.ERROR}
+
+
 def _level_from_env():
     try:
         level = int(os.environ.get('GLOG_minloglevel', '0'))
     except ValueError:
         level = 0
-    return {0: logging.INFO, 1: logging.WARNING, 2: logging.ERROR}.get(level, logging.CRITICAL)
+    return _GLOG_LEVELS.get(level, logging.CRITICAL)
 
 
 class _GuardedHandler(logging.StreamHandler):
@@ -59,8 +62,46 @@ logger.setLevel(_level_from_env())
 
 
 def set_stream(stream):
-    """Send log lines to ``stream`` (a file object) instead of stderr."""
-    _handler.setStream(stream)
+    """Send log lines to ``stream`` (a file object) instead of stderr; returns the previous one."""
+    return _handler.setStream(stream)
+
+
+def set_min_level(level):
+    """glog's minloglevel: 0 INFO, 1 WARNING, 2 ERROR, 3 FATAL (only fatal lines)."""
+    logger.setLevel(_GLOG_LEVELS.get(level, logging.CRITICAL))
+
+
+_file_handler = []
+
+
+def log_to_stderr(on):
+    """glog's logtostderr: on, every line goes to stderr (the default here); off, the lines go
+    to a glog log file (``<tmp>/pycaffe-ft.<host>.<user>.log.INFO.<date>-<time>.<pid>``) and
+    only ERROR and FATAL lines to stderr too (glog's stderrthreshold). Returns the file's path
+    while there is one, else None."""
+    _handler.setLevel(logging.NOTSET if on else logging.ERROR)
+    if on:
+        while _file_handler:
+            handler = _file_handler.pop()
+            logger.removeHandler(handler)
+            handler.close()
+        return None
+    if _file_handler:
+        return _file_handler[0].baseFilename
+    import getpass
+    import socket
+    import tempfile
+    try:
+        user = getpass.getuser()
+    except (OSError, KeyError):  # no user name in the environment or the password database
+        user = 'invalid-user'  # (glog's own fallback)
+    name = 'pycaffe-ft.%s.%s.log.INFO.%s.%d' % (socket.gethostname(), user,
+                                                 datetime.datetime.now().strftime('%Y%m%d-%H%M%S'), os.getpid())
+    handler = logging.FileHandler(os.path.join(tempfile.gettempdir(), name))
+    handler.setFormatter(GlogFormatter())
+    logger.addHandler(handler)
+    _file_handler.append(handler)
+    return handler.baseFilename
 
 
 def set_line_guard(guard):

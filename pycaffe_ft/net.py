@@ -6,6 +6,7 @@ layer range, copying trained weights and saving. Learnable blobs are views into 
 ``param_data`` / ``param_diff`` buffer pair.
 """
 import collections
+import itertools
 
 import numpy as np
 
@@ -386,6 +387,25 @@ class Net:
     def outputs(self):
         return [self._blob_names[i] for i in self.output_ids]
 
+    # pycaffe's private views (its pycaffe.py builds the public ones on them; scripts read them too)
+    @property
+    def _inputs(self):
+        return list(self.input_ids)
+
+    @property
+    def _outputs(self):
+        return list(self.output_ids)
+
+    @property
+    def _blob_loss_weights(self):
+        return list(self.blob_loss_weights.values())
+
+    def _top_ids(self, i):
+        return list(self.top_ids[i])
+
+    def _bottom_ids(self, i):
+        return list(self.bottom_ids[i])
+
     @property
     def top_names(self):
         return collections.OrderedDict(
@@ -563,26 +583,60 @@ class Net:
         self.backward_from_to()
         return loss
 
-    def forward_all(self, blobs=None, **kwargs):
-        """pycaffe's forward_all: run the inputs through in batches; concatenated outputs."""
-        all_outs = {out: [] for out in set(self.outputs + list(blobs or []))}
+    def _batches(self, arrays):
+        """(count, batches): ``arrays`` ({blob name: array}) cut into the net's batches (the
+        first input's batch size), the last padded with zeros; one empty batch without arrays."""
         batch = self.blobs[self.inputs[0]].shape[0] if self.inputs else 1
-        n = len(next(iter(kwargs.values()))) if kwargs else batch
+        if not arrays:
+            return batch, [{}]
+        n = len(next(iter(arrays.values())))
+        batches = []
         for lo in range(0, n, batch):
             chunk = {}
-            for name, value in kwargs.items():
+            for name, value in arrays.items():
                 part = np.asarray(value[lo:lo + batch])
                 if len(part) < batch:
                     pad = np.zeros((batch - len(part),) + part.shape[1:], part.dtype)
                     part = np.concatenate([part, pad])
                 chunk[name] = part
-            outs = self.forward(blobs=blobs, **chunk)
-            for name, value in outs.items():
-                if value.ndim == 0:  # a scalar output (a loss) per batch
-                    all_outs[name].append(value.copy())
-                else:
-                    all_outs[name].extend(value.copy())
+            batches.append(chunk)
+        return n, batches
+
+    @staticmethod
+    def _collect(collected, results):
+        for name, value in results.items():
+            if value.ndim == 0:  # a scalar output (a loss) per batch
+                collected[name].append(value.copy())
+            else:
+                collected[name].extend(value.copy())
+
+    def forward_all(self, blobs=None, **kwargs):
+        """pycaffe's forward_all: run the inputs through in batches; concatenated outputs."""
+        all_outs = {out: [] for out in set(self.outputs + list(blobs or []))}
+        n, batches = self._batches(kwargs)
+        for chunk in batches:
+            self._collect(all_outs, self.forward(blobs=blobs, **chunk))
         return {name: np.asarray(values[:n]) for name, values in all_outs.items()}
+
+    def forward_backward_all(self, blobs=None, diffs=None, **kwargs):
+        """pycaffe's forward_backward_all: the inputs among ``kwargs`` forward and the output
+        diffs among them backward, batch by batch (a pass with no arrays of its kind runs on
+        what the blobs hold); returns (outputs and ``blobs``, input diffs and ``diffs``), each
+        concatenated over the batches, padding dropped."""
+        unknown = sorted(set(kwargs) - set(self.inputs) - set(self.outputs))
+        if unknown:
+            raise NetError('forward_backward_all: %s are neither inputs %s nor outputs %s of net "%s"'
+                           % (unknown, self.inputs, self.outputs, self.name))
+        all_outs = {out: [] for out in set(self.outputs + list(blobs or []))}
+        all_diffs = {diff: [] for diff in set(self.inputs + list(diffs or []))}
+        n_in, forward = self._batches({k: v for k, v in kwargs.items() if k in self.inputs})
+        n_out, backward = self._batches({k: v for k, v in kwargs.items() if k in self.outputs})
+        for chunk_in, chunk_out in itertools.zip_longest(forward, backward, fillvalue={}):
+            self._collect(all_outs, self.forward(blobs=blobs, **chunk_in))
+            self._collect(all_diffs, self.backward(diffs=diffs, **chunk_out))
+        n = max(n_in if len(forward[0]) else 0, n_out if len(backward[0]) else 0) or None
+        return ({name: np.asarray(values[:n]) for name, values in all_outs.items()},
+                {name: np.asarray(values[:n]) for name, values in all_diffs.items()})
 
     def set_input_arrays(self, data, labels):
         """Give a MemoryData layer (the first one) the arrays it serves."""

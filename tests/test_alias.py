@@ -1,5 +1,6 @@
 """Through the opt-in ``caffe`` alias, as a pycaffe script sees it: caffe.coord_map, HDF5 net
-I/O, and a Python layer whose add_blob parameters train under SGDSolver and survive save/load."""
+I/O, a Python layer whose add_blob parameters train under SGDSolver and survive save/load, and
+the process-wide helpers (init_log, log, Timer, the solver count and rank)."""
 import os
 import subprocess
 import sys
@@ -39,6 +40,18 @@ import caffe
 import caffe.coord_map
 from caffe import layers as L, params as P
 from caffe.coord_map import crop
+
+# the preamble of Caffe's multi-GPU python/train.py, one solver
+caffe.init_log(2, True)
+caffe.log('Using devices [0]')
+caffe.set_mode_cpu()
+caffe.set_solver_count(1)
+caffe.set_solver_rank(0)
+caffe.set_multiprocess(True)
+timer = caffe.Timer()
+timer.start()
+timer.stop()
+print('runtime', timer.ms >= 0, caffe.has_nccl(), caffe.solver_count(), caffe.solver_rank())
 
 # coord_map through the alias
 n = caffe.NetSpec()
@@ -90,6 +103,7 @@ def test_pycaffe_script_through_the_alias(tmp_path):
                          text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     lines = out.stdout.splitlines()
+    assert 'runtime True False 1 0' in lines
     assert 'crop offset [2]' in lines and 'misaligned crop: AssertionError' in lines
     w, b = (float(v) for v in next(l for l in lines if l.startswith('learned')).split()[1:])
     assert abs(w - 3) < 0.05 and abs(b + 1) < 0.05

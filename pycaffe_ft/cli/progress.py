@@ -15,7 +15,7 @@ import sys
 import threading
 import time
 
-from .. import log
+from ..log import set_line_guard
 
 __all__ = ['ProgressLine', 'attach', 'report_line', 'TerminalRelay', 'MARKER', 'wanted']
 
@@ -107,11 +107,11 @@ class ProgressLine:
                 self._draw()
 
     def __enter__(self):
-        log.set_line_guard(self)
+        set_line_guard(self)
         return self
 
     def __exit__(self, *exc):
-        log.set_line_guard(None)
+        set_line_guard(None)
         self.hide()
 
 

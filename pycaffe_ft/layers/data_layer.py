@@ -11,6 +11,7 @@ import threading
 
 import numpy as np
 
+from .. import caffe_runtime
 from ..data.datum import datum_to_array, parse_datum
 from ..data.db import open_db
 from ..data.transformer import DataTransformer
@@ -53,7 +54,7 @@ class DataLayer(Layer):
         self.out_shape = self.transformer.output_shape(self.chw)
         self.position = int(self.rng.integers(0, p.rand_skip)) if p.rand_skip else 0
         self.initial_position = self.position
-        self.record_of = lambda position: position % len(self.db)
+        self.record_of = self._records_of_this_solver()
         self.prefetch = max(1, p.prefetch)
         self.synchronous = False  # parallel trainers set positions per micro-batch: no prefetch
         self.serving = None  # synchronous mode: what the caller says is read now (see read_ahead)
@@ -61,6 +62,15 @@ class DataLayer(Layer):
         self._queue = None
         self._thread = None
         self.output_labels = len(top) > 1
+
+    def _records_of_this_solver(self):
+        """position -> record: every record in turn; in the TRAIN phase of solver r of S
+        (caffe.set_solver_count / set_solver_rank), records r, r + S, r + 2S, ... going round
+        the database (Caffe's DataLayer::Skip)."""
+        size, rank, records = caffe_runtime.solver_count(), caffe_runtime.solver_rank(), len(self.db)
+        if size > 1 and self.phase == caffe_pb2.TRAIN:
+            return lambda position: (position * size + rank) % records
+        return lambda position: position % records
 
     def _image(self, key, value):
         datum = parse_datum(value, key)

@@ -7,6 +7,7 @@ import time
 
 import numpy as np
 
+from .. import caffe_runtime
 from ..errors import SolverError
 from ..intra_op import adapt_threads, run_chunks
 from ..kernels.solver_update import L1, L2, NO_DECAY
@@ -74,8 +75,10 @@ class Solver:
         if p.random_seed >= 0:
             set_random_seed(p.random_seed)
         self.level, self.stages = level, stages
+        self.solver_rank = caffe_runtime.solver_rank()  # (caffe.set_solver_rank: only the root solver,
+        self.root = self.solver_rank == 0  # rank 0, tests, displays and snapshots)
         self.net = self._init_train_net()
-        self.test_nets = self._init_test_nets()
+        self.test_nets = self._init_test_nets() if self.root else []
         self.rule = rule_cls(p)
         n = self.net.param_data.size
         self.history = [np.zeros(n, np.float32) for _ in range(rule_cls.history_blocks)]
@@ -153,6 +156,14 @@ class Solver:
     def add_callback(self, on_start=None, on_gradients_ready=None):
         self.callbacks.append((on_start, on_gradients_ready))
 
+    @property
+    def max_iter(self):
+        return self.param.max_iter
+
+    def share_weights(self, net):
+        """Make ``net``'s learnable params the training net's (pycaffe's solver.share_weights)."""
+        net.share_with(self.net)
+
     def step(self, iters):
         """Run ``iters`` training iterations (Caffe's Solver::Step)."""
         p = self.param
@@ -179,7 +190,7 @@ class Solver:
             if not math.isfinite(loss):
                 raise self._non_finite('the loss is %s' % loss, 'not found in the blobs')
             self._update_smoothed_loss(loss, start_iter)
-            if display:
+            if display and self.root:
                 lapse = time.perf_counter() - timer
                 per_s = (self.iter - iters_last) / (lapse or 1)
                 logger.info('Iteration %d (%g iter/s, %gs/%d iters), loss = %g', self.iter, per_s,
@@ -192,7 +203,7 @@ class Solver:
             self.apply_update()
             self.iter += 1
             request = self.action_request()
-            if (p.snapshot and self.iter % p.snapshot == 0) or request == SNAPSHOT:
+            if (p.snapshot and self.iter % p.snapshot == 0 and self.root) or request == SNAPSHOT:
                 self.snapshot()
             if request == STOP:
                 self.requested_early_exit = True
@@ -216,12 +227,12 @@ class Solver:
             self.restore(resume)
         start_iter = self.iter
         self.step(p.max_iter - self.iter)
-        if p.snapshot_after_train and (not p.snapshot or self.iter % p.snapshot != 0):
+        if p.snapshot_after_train and (not p.snapshot or self.iter % p.snapshot != 0) and self.root:
             self.snapshot()
         if self.requested_early_exit:
             logger.info('Optimization stopped early.')
             return
-        if p.display and self.iter % p.display == 0:
+        if p.display and self.iter % p.display == 0 and self.root:
             loss = self.net.forward_from_to()
             self._update_smoothed_loss(loss, start_iter)
             logger.info('Iteration %d, loss = %g', self.iter, self.smoothed_loss)
@@ -239,7 +250,7 @@ class Solver:
         p = self.param
         rate = self.learning_rate()
         self.last_lr = rate
-        if p.display and self.iter % p.display == 0:
+        if p.display and self.iter % p.display == 0 and self.root:
             logger.info('Iteration %d, lr = %g', self.iter, rate)
         g, w = self.net.param_diff, self.net.param_data
         self._clip(g)
@@ -342,6 +353,9 @@ class Solver:
 
     # -- snapshots ---------------------------------------------------------------------------
     def snapshot(self):
+        if not self.root:
+            raise SolverError('only the root solver writes snapshots: this one was made with solver_rank %d '
+                              '(caffe.set_solver_rank)' % self.solver_rank)
         paths = write_snapshot(self)
         self.snapshot_paths.append(paths)
         return paths
