@@ -443,7 +443,7 @@ def cmd_draw_net(args):
     from ..proto import caffe_pb2
     param, _ = load_net_param(args.input_net_proto_file)
     phase = {'TRAIN': caffe_pb2.TRAIN, 'TEST': caffe_pb2.TEST}.get(args.phase.upper())
-    draw_net_to_file(param, args.output_image_file, args.rankdir, phase)
+    draw_net_to_file(param, args.output_image_file, args.rankdir, phase, args.display_lrm)
     print('Drawing net to %s' % args.output_image_file)
     return 0
 
@@ -660,6 +660,8 @@ def build_parser():
     p.add_argument('output_image_file')
     p.add_argument('--rankdir', default='LR', choices=['LR', 'TB', 'BT', 'RL'])
     p.add_argument('--phase', default='ALL', help='TRAIN, TEST or ALL')
+    p.add_argument('--display_lrm', '--display-lrm', action='store_true',
+                   help="show the learned layers' lr_mult in their boxes")
     p = sub.add_parser('parse-log', help=COMMANDS['parse-log'][1])
     p.add_argument('logfile')
     p.add_argument('output_dir', nargs='?', default='.')
