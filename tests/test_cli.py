@@ -249,8 +249,9 @@ def test_the_np_launcher_starts_mpiexec_again_when_no_rank_s_mpi_started(tmp_pat
 
     def fake_launch(n, run, **options):
         """What happened to each mpiexec: None = no rank started, 'no-mpi' = every rank ended in
-        MPI_Init, 'lost' = rank 1 was lost before its MPI started (the others wait), 'died' =
-        the ranks ran and died, 'finished' = the job ended."""
+        MPI_Init, 'lost' = rank 1 was lost before its MPI started (the others wait), 'error' =
+        the ranks ended with an error of their own before MPI, 'died' = the ranks ran and died,
+        'finished' = the job ended."""
         calls.append(run)
         status = os.environ['PYCAFFE_FT_STATUS_FILE']
         outcome = outcomes.pop(0)
@@ -261,12 +262,14 @@ def test_the_np_launcher_starts_mpiexec_again_when_no_rank_s_mpi_started(tmp_pat
                 startup.mark_rank_started()
             if outcome in ('died', 'finished'):
                 open('%s.up%d' % (status, rank), 'w').close()
+            if outcome == 'error':
+                startup.mark_rank_error()
         if outcome == 'lost':
             assert options['abandon']()  # the launcher's poll: launch() kills the job then
             return -9
         if outcome == 'finished':
             open(status, 'w').close()
-        return {'died': 1, None: 1}.get(outcome, 0)
+        return {'died': 1, 'error': 1, None: 1}.get(outcome, 0)
     monkeypatch.setattr(launcher, 'launch', fake_launch)
     args = cli.build_parser().parse_args(['train', '--solver', 'solver.prototxt', '--np', '2'])
     monkeypatch.setattr(sys, 'argv', ['pycaffe-ft', 'train', '--solver', 'solver.prototxt', '--np', '2',
@@ -279,7 +282,8 @@ def test_the_np_launcher_starts_mpiexec_again_when_no_rank_s_mpi_started(tmp_pat
     outcomes[:] = [None, 'lost', 'no-mpi']  # retries exhausted: the error stands
     calls.clear()
     assert cli._launch_ranks(args, None) == 1 and len(calls) == 3
-    outcomes[:] = ['died']  # ranks ran and died: no retry without --max-restarts
-    calls.clear()
-    assert cli._launch_ranks(args, None) == 1 and len(calls) == 1
+    for outcome in ('died', 'error'):  # ranks ran and died, or ended with their own error: no retry
+        outcomes[:] = [outcome]
+        calls.clear()
+        assert cli._launch_ranks(args, None) == 1 and len(calls) == 1
     assert not list(tmp_path.glob('.pycaffe-ft-job-*'))

@@ -307,7 +307,7 @@ def _launch_ranks(args, snapshot):
             else:
                 code = launch(args.np, run, **options)
             finished = os.path.exists(status)
-            ran, mpi_started = watch.ranks_ran(), watch.mpi_started()
+            ran, mpi_started, errors = watch.ranks_ran(), watch.mpi_started(), watch.rank_errors()
             watch.clear()
             if finished:  # the root wrote it after the final snapshot: what follows is the ranks' exit
                 os.unlink(status)
@@ -315,8 +315,8 @@ def _launch_ranks(args, snapshot):
                     logger.warning('mpiexec exited with code %d after training had finished (a process ending '
                                    'badly at exit); the final snapshot is complete', code)
                 return 0
-            if unstarted < MPIEXEC_START_RETRIES and (failed_start or (ran and not mpi_started) or
-                                                      (not ran and code != 0)):
+            if unstarted < MPIEXEC_START_RETRIES and not errors and (failed_start or (ran and not mpi_started) or
+                                                                     (not ran and code != 0)):
                 unstarted += 1  # no rank's MPI started: nothing was trained, nothing was written
                 if failed_start:
                     why = 'the start-up failed (%s): the job was ended' % failed_start[0]
@@ -738,6 +738,7 @@ def main(argv=None):
     except CaffeError as e:
         print('pycaffe-ft %s: error: %s' % (args.command, e), file=sys.stderr)
         code = 1
+        _mark_rank_error(rank)
     except KeyboardInterrupt:
         print('pycaffe-ft %s: interrupted' % args.command, file=sys.stderr)
         code = 130
@@ -747,12 +748,21 @@ def main(argv=None):
         import traceback
         traceback.print_exc()
         code = 1
+        _mark_rank_error(rank)
     if rank:  # an MPI rank ends here: MPI_Finalize can hang for ever under ULFM (after failures, or in
         sys.stdout.flush()  # the heartbeat detector's finalize when ranks end apart); mpiexec gets the code
         sys.stderr.flush()
         _end_if_spawned(code)
         os._exit(code)
     return code
+
+
+def _mark_rank_error(rank):
+    """A rank ending with an error of its own tells the --np launcher, which then does not start
+    the job again for a start-up that never reached MPI (the error would come again)."""
+    if rank:
+        from ..parallel.startup import mark_rank_error
+        mark_rank_error()
 
 
 def _end_if_spawned(code):

@@ -10,10 +10,12 @@ rank has trained; it tells these cases apart by marks the ranks leave beside the
 file (``PYCAFFE_FT_STATUS_FILE``, in the job's directory):
 
 - ``STATUS.rankR``: rank R's process has started (its pid, start time and host);
-- ``STATUS.upR``: rank R's MPI has started (``mpi4py.MPI`` is imported).
+- ``STATUS.upR``: rank R's MPI has started (``mpi4py.MPI`` is imported);
+- ``STATUS.errorR``: rank R ended with an error of its own (a bad solver, say): starting the
+  job again would give the same error, so the launcher does not.
 
-The rank side is :func:`mark_rank_started` and :func:`start_mpi`, the launcher's side
-:class:`StartupWatch`.
+The rank side is :func:`mark_rank_started`, :func:`start_mpi` and :func:`mark_rank_error`, the
+launcher's side :class:`StartupWatch`.
 """
 import os
 import socket
@@ -22,7 +24,7 @@ import time
 from .. import faults
 from .launcher import process_stat
 
-__all__ = ['mark_rank_started', 'start_mpi', 'StartupWatch', 'START_GRACE_S', 'START_TIMEOUT_S']
+__all__ = ['mark_rank_started', 'start_mpi', 'mark_rank_error', 'StartupWatch', 'START_GRACE_S', 'START_TIMEOUT_S']
 
 START_GRACE_S = 10.0
 """How long the ranks that are alive get to finish their start-up after a rank died in its own."""
@@ -56,6 +58,14 @@ def mark_rank_started():
     if status:
         pid = os.getpid()
         _touch('%s.rank%d' % (status, _launched_rank()), '%d %s %s\n' % (pid, _start_time(pid), socket.gethostname()))
+
+
+def mark_rank_error():
+    """In a rank that the --np launcher started (a no-op elsewhere): it is ending with an error
+    of its own. Call where the rank reports the error."""
+    status = _status_file()
+    if status:
+        _touch('%s.error%d' % (status, _launched_rank()))
 
 
 def start_mpi():
@@ -112,6 +122,10 @@ class StartupWatch:
         """Whether any rank's MPI started."""
         return any(self._up(r) for r in range(self.n))
 
+    def rank_errors(self):
+        """Whether any rank ended with an error of its own (:func:`mark_rank_error`)."""
+        return any(os.path.exists('%s.error%d' % (self.status, r)) for r in range(self.n))
+
     def failure(self):
         """Why the start-up has failed (a sentence), or None: not failed, or not known yet."""
         if not self.watching:
@@ -139,7 +153,7 @@ class StartupWatch:
     def clear(self):
         """Remove the marks (before the job is started again, and at the end)."""
         for r in range(self.n):
-            for kind in ('rank', 'up'):
+            for kind in ('rank', 'up', 'error'):
                 try:
                     os.unlink('%s.%s%d' % (self.status, kind, r))
                 except FileNotFoundError:

@@ -81,8 +81,11 @@ def test_other_hosts_are_not_watched_and_the_marks_are_cleared(marks, monkeypatc
     watch = StartupWatch(status, 2, local=False)
     assert watch.failure() is None and watch.ranks_ran() and not watch.mpi_started()
     marks(1, os.getpid(), up=True)
+    assert not watch.rank_errors()
+    startup.mark_rank_error()  # (rank 1's, from the environment)
+    assert watch.rank_errors()
     watch.clear()
-    assert not watch.ranks_ran() and not watch.mpi_started()
+    assert not watch.ranks_ran() and not watch.mpi_started() and not watch.rank_errors()
     assert not [f for f in os.listdir(os.path.dirname(status)) if f.startswith('.pycaffe-ft-job')]
 
 
@@ -90,4 +93,5 @@ def test_no_marks_outside_the_launcher(tmp_path, monkeypatch):
     monkeypatch.delenv('PYCAFFE_FT_STATUS_FILE', raising=False)
     monkeypatch.chdir(tmp_path)
     startup.mark_rank_started()
+    startup.mark_rank_error()
     assert os.listdir(tmp_path) == []
