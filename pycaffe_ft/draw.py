@@ -71,9 +71,8 @@ def get_layer_label(layer, rankdir, display_lrm=False):
             p.pad)
     else:
         label = '%s%s(%s)' % (layer.name, sep, layer.type)
-    if display_lrm and get_layer_lr_mult(layer):
-        label += sep + get_layer_lr_mult(layer)
-    return label
+    mults = get_layer_lr_mult(layer) if display_lrm else ''
+    return label + sep + mults if mults else label
 
 
 def choose_color_by_layertype(layertype):

@@ -629,12 +629,12 @@ class Net:
                            % (unknown, self.inputs, self.outputs, self.name))
         all_outs = {out: [] for out in set(self.outputs + list(blobs or []))}
         all_diffs = {diff: [] for diff in set(self.inputs + list(diffs or []))}
-        n_in, forward = self._batches({k: v for k, v in kwargs.items() if k in self.inputs})
-        n_out, backward = self._batches({k: v for k, v in kwargs.items() if k in self.outputs})
+        _, forward = self._batches({k: v for k, v in kwargs.items() if k in self.inputs})
+        _, backward = self._batches({k: v for k, v in kwargs.items() if k in self.outputs})
         for chunk_in, chunk_out in itertools.zip_longest(forward, backward, fillvalue={}):
             self._collect(all_outs, self.forward(blobs=blobs, **chunk_in))
             self._collect(all_diffs, self.backward(diffs=diffs, **chunk_out))
-        n = max(n_in if len(forward[0]) else 0, n_out if len(backward[0]) else 0) or None
+        n = max((len(v) for v in kwargs.values()), default=None)  # the padding dropped
         return ({name: np.asarray(values[:n]) for name, values in all_outs.items()},
                 {name: np.asarray(values[:n]) for name, values in all_diffs.items()})
 

@@ -292,22 +292,16 @@ def _launch_ranks(args, snapshot):
                 logger.warning('the job died as a whole (exit code %d); restart %d of %d from %s', code, attempt,
                                args.max_restarts, snapshot or 'the beginning (no snapshot yet)')
             run = argv + (['--snapshot', snapshot] if snapshot else []) + ['--mpi-worker']
-            failed_start = []
-
-            def abandon():
-                reason = watch.failure()
-                if reason:
-                    failed_start.append(reason)
-                return reason
             options = dict(ft=args.ft != 'off', placement=placement, finished=lambda: os.path.exists(status),
-                           abandon=abandon)
+                           abandon=watch.failure)
             if progress.wanted():
                 with progress.ProgressLine() as line:
                     code = launch(args.np, run, relay=progress.TerminalRelay(line), **options)
             else:
                 code = launch(args.np, run, **options)
             finished = os.path.exists(status)
-            ran, mpi_started, errors = watch.ranks_ran(), watch.mpi_started(), watch.rank_errors()
+            failed_start, ran, mpi_started, errors = watch.failed, watch.ranks_ran(), watch.mpi_started(), \
+                watch.rank_errors()
             watch.clear()
             if finished:  # the root wrote it after the final snapshot: what follows is the ranks' exit
                 os.unlink(status)
@@ -319,7 +313,7 @@ def _launch_ranks(args, snapshot):
                                                                      (not ran and code != 0)):
                 unstarted += 1  # no rank's MPI started: nothing was trained, nothing was written
                 if failed_start:
-                    why = 'the start-up failed (%s): the job was ended' % failed_start[0]
+                    why = 'the start-up failed (%s): the job was ended' % failed_start
                 elif ran:  # a rank crashed inside MPI_Init_thread and took the others down in theirs
                     why = 'every rank ended before its MPI had started (exit code %d)' % code
                 else:  # seen once in ~130 launches: "The PMIx server's listener thread failed to start"

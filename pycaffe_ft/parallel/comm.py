@@ -20,6 +20,7 @@ import numpy as np
 from .. import faults
 from ..errors import CaffeError
 from . import join
+from .launcher import process_start_time
 from .startup import start_mpi
 
 __all__ = ['ProcessFailure', 'SerialComm', 'MPIComm', 'ULFMComm', 'make_comm', 'JOINING']
@@ -186,17 +187,9 @@ def ulfm_enabled_by_launcher():
     return os.environ.get('OMPI_MCA_mpi_ft_enable', '0') not in ('0', 'false', '')
 
 
-def _start_time(pid):
-    """The start time of process ``pid`` (clock ticks since boot; Linux), to tell a pid that was
-    reused from the process that had it; None where unknown."""
-    from .launcher import process_stat
-    fields = process_stat(pid)
-    return int(fields[19]) if fields is not None and len(fields) > 19 else None
-
-
 def _this_process(identity):
     """(identity, host, pid, start time) of this process."""
-    return identity, socket.gethostname(), os.getpid(), _start_time(os.getpid())
+    return identity, socket.gethostname(), os.getpid(), process_start_time(os.getpid())
 
 
 class ULFMComm(MPIComm):
@@ -427,7 +420,7 @@ class ULFMComm(MPIComm):
             if rank not in self.processes:
                 continue
             where, pid, started = self.processes[rank]
-            if where == host and pid != os.getpid() and started is not None and _start_time(pid) == started:
+            if where == host and pid != os.getpid() and started is not None and process_start_time(pid) == started:
                 try:
                     os.kill(pid, signal.SIGKILL)
                 except OSError:

@@ -7,7 +7,7 @@ import sys
 from ..errors import CaffeError
 from .mpi_env import find_mpiexec
 
-__all__ = ['in_mpi_job', 'Placement', 'mpiexec_command', 'launch', 'process_stat']
+__all__ = ['in_mpi_job', 'Placement', 'mpiexec_command', 'launch', 'process_stat', 'process_start_time']
 
 
 def in_mpi_job():
@@ -159,6 +159,13 @@ def process_stat(pid):
             return f.read().rsplit(')', 1)[1].split()
     except (OSError, IndexError):
         return None
+
+
+def process_start_time(pid):
+    """The start time of process ``pid`` (clock ticks since boot; Linux), to tell a pid that was
+    reused from the process that had it; None where unknown."""
+    fields = process_stat(pid)
+    return int(fields[19]) if fields is not None and len(fields) > 19 else None
 
 
 def _kill_session(sid):

@@ -22,7 +22,7 @@ import socket
 import time
 
 from .. import faults
-from .launcher import process_stat
+from .launcher import process_start_time, process_stat
 
 __all__ = ['mark_rank_started', 'start_mpi', 'mark_rank_error', 'StartupWatch', 'START_GRACE_S', 'START_TIMEOUT_S']
 
@@ -41,9 +41,9 @@ def _launched_rank():
     return int(os.environ.get('OMPI_COMM_WORLD_RANK', '0') or 0)
 
 
-def _start_time(pid):
-    fields = process_stat(pid)
-    return fields[19] if fields is not None and len(fields) > 19 else None
+def _mark(status, kind, rank):
+    """The path of rank ``rank``'s mark of ``kind`` ('rank', 'up' or 'error')."""
+    return '%s.%s%d' % (status, kind, rank)
 
 
 def _touch(path, text=''):
@@ -57,7 +57,8 @@ def mark_rank_started():
     status = _status_file()
     if status:
         pid = os.getpid()
-        _touch('%s.rank%d' % (status, _launched_rank()), '%d %s %s\n' % (pid, _start_time(pid), socket.gethostname()))
+        _touch(_mark(status, 'rank', _launched_rank()),
+               '%d %s %s\n' % (pid, process_start_time(pid), socket.gethostname()))
 
 
 def mark_rank_error():
@@ -65,7 +66,7 @@ def mark_rank_error():
     of its own. Call where the rank reports the error."""
     status = _status_file()
     if status:
-        _touch('%s.error%d' % (status, _launched_rank()))
+        _touch(_mark(status, 'error', _launched_rank()))
 
 
 def start_mpi():
@@ -76,7 +77,7 @@ def start_mpi():
     from mpi4py import MPI
     status = _status_file()
     if status:
-        _touch('%s.up%d' % (status, _launched_rank()))
+        _touch(_mark(status, 'up', _launched_rank()))
     return MPI
 
 
@@ -93,17 +94,17 @@ class StartupWatch:
     def __init__(self, status, n, local=True):
         self.status, self.n, self.local = status, n, local
         self.watching = local
-        self.first_mark = self.first_death = None
+        self.first_mark = self.first_death = self.failed = None
 
     def _up(self, rank):
-        return os.path.exists('%s.up%d' % (self.status, rank))
+        return os.path.exists(_mark(self.status, 'up', rank))
 
     def _process(self, rank):
         """(pid, start time, host) from rank ``rank``'s first mark; None if it has left none."""
         try:
-            with open('%s.rank%d' % (self.status, rank)) as f:
+            with open(_mark(self.status, 'rank', rank)) as f:
                 pid, start, host = f.read().split()
-            return int(pid), start, host
+            return int(pid), None if start == 'None' else int(start), host
         except (OSError, ValueError):  # no mark yet, or one being written
             return None
 
@@ -112,7 +113,7 @@ class StartupWatch:
         if host != socket.gethostname():
             return False
         fields = process_stat(pid)
-        return fields is None or fields[0] in ('Z', 'X') or (len(fields) > 19 and fields[19] != start)
+        return fields is None or fields[0] in ('Z', 'X') or process_start_time(pid) != start
 
     def ranks_ran(self):
         """Whether any rank's process started."""
@@ -124,10 +125,11 @@ class StartupWatch:
 
     def rank_errors(self):
         """Whether any rank ended with an error of its own (:func:`mark_rank_error`)."""
-        return any(os.path.exists('%s.error%d' % (self.status, r)) for r in range(self.n))
+        return any(os.path.exists(_mark(self.status, 'error', r)) for r in range(self.n))
 
     def failure(self):
-        """Why the start-up has failed (a sentence), or None: not failed, or not known yet."""
+        """Why the start-up has failed (a sentence, kept in ``failed`` until :meth:`clear`), or
+        None: not failed, or not known yet."""
         if not self.watching:
             return None
         up = [r for r in range(self.n) if self._up(r)]
@@ -143,23 +145,22 @@ class StartupWatch:
         if dead and self.first_death is None:
             self.first_death = now
         if dead and now - self.first_death >= START_GRACE_S:
-            return '%s killed or ended before its MPI had started; %s still in MPI_Init %.0f s later' % (
+            self.failed = '%s killed or ended before its MPI had started; %s still in MPI_Init %.0f s later' % (
                 _names(dead), _names(waiting), START_GRACE_S)
-        if self.first_mark is not None and now - self.first_mark >= START_TIMEOUT_S:
-            return '%s still without MPI %.0f s after the first rank began' % (
-                _names(waiting), START_TIMEOUT_S)
-        return None
+        elif self.first_mark is not None and now - self.first_mark >= START_TIMEOUT_S:
+            self.failed = '%s still without MPI %.0f s after the first rank began' % (_names(waiting), START_TIMEOUT_S)
+        return self.failed
 
     def clear(self):
         """Remove the marks (before the job is started again, and at the end)."""
         for r in range(self.n):
             for kind in ('rank', 'up', 'error'):
                 try:
-                    os.unlink('%s.%s%d' % (self.status, kind, r))
+                    os.unlink(_mark(self.status, kind, r))
                 except FileNotFoundError:
                     pass
         self.watching = self.local
-        self.first_mark = self.first_death = None
+        self.first_mark = self.first_death = self.failed = None
 
 
 def _names(ranks):

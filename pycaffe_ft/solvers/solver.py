@@ -75,8 +75,7 @@ class Solver:
         if p.random_seed >= 0:
             set_random_seed(p.random_seed)
         self.level, self.stages = level, stages
-        self.solver_rank = caffe_runtime.solver_rank()  # (caffe.set_solver_rank: only the root solver,
-        self.root = self.solver_rank == 0  # rank 0, tests, displays and snapshots)
+        self.solver_rank = caffe_runtime.solver_rank()  # (caffe.set_solver_rank; see root)
         self.net = self._init_train_net()
         self.test_nets = self._init_test_nets() if self.root else []
         self.rule = rule_cls(p)
@@ -155,6 +154,12 @@ class Solver:
     # -- pycaffe API -------------------------------------------------------------------------
     def add_callback(self, on_start=None, on_gradients_ready=None):
         self.callbacks.append((on_start, on_gradients_ready))
+
+    @property
+    def root(self):
+        """Whether this is the root solver (solver_rank 0), the only one that builds test nets,
+        tests, displays and snapshots, as in Caffe."""
+        return self.solver_rank == 0
 
     @property
     def max_iter(self):
