@@ -389,6 +389,71 @@ def test_a_relu_in_place_is_applied_by_the_layer_before_it_with_the_same_bits(mo
     assert (net.blobs['direct'].data < 0).any()
 
 
+NORMALIZED_RELUS = '''
+name: "normalized"
+force_backward: true
+layer { name: "data" type: "Input" top: "data" input_param { shape { dim: 4 dim: 3 dim: 9 dim: 11 } } }
+layer { name: "conv" type: "Convolution" bottom: "data" top: "conv"
+        convolution_param { num_output: 6 kernel_size: 3 pad: 1 weight_filler { type: "gaussian" std: 0.3 } } }
+layer { name: "bn" type: "BatchNorm" bottom: "conv" top: "conv" batch_norm_param { moving_average_fraction: 0.5 } }
+layer { name: "relu_bn" type: "ReLU" bottom: "conv" top: "conv" }
+layer { name: "conv2" type: "Convolution" bottom: "conv" top: "conv2"
+        convolution_param { num_output: 5 kernel_size: 1 weight_filler { type: "gaussian" std: 0.3 } } }
+layer { name: "bn2" type: "BatchNorm" bottom: "conv2" top: "conv2" }
+layer { name: "scale2" type: "Scale" bottom: "conv2" top: "conv2"
+        scale_param { bias_term: true filler { type: "gaussian" std: 1 } bias_filler { type: "gaussian" std: 1 } } }
+layer { name: "relu_scale" type: "ReLU" bottom: "conv2" top: "conv2" }
+layer { name: "scaled" type: "Scale" bottom: "conv2" top: "scaled" scale_param { filler { type: "gaussian" std: 1 } } }
+layer { name: "relu_scaled" type: "ReLU" bottom: "scaled" top: "scaled" }
+layer { name: "sum" type: "Eltwise" bottom: "conv2" bottom: "scaled" top: "sum" eltwise_param { coeff: 1 coeff: -2 } }
+layer { name: "relu_sum" type: "ReLU" bottom: "sum" top: "sum" }
+layer { name: "sum3" type: "Eltwise" bottom: "conv2" bottom: "scaled" bottom: "sum" top: "sum3"
+        eltwise_param { coeff: 1 coeff: -1 coeff: 0.5 } }
+layer { name: "relu_sum3" type: "ReLU" bottom: "sum3" top: "sum3" }
+'''
+
+
+@pytest.mark.parametrize('phase', [caffe.TRAIN, caffe.TEST])
+def test_batchnorm_scale_and_eltwise_apply_the_relu_in_place_after_them_with_the_same_bits(phase, monkeypatch):
+    """BatchNorm (batch or stored statistics), Scale (in place or not, with a bias or not) and
+    Eltwise (a weighted SUM of two, of three) write their top through the ReLU after them: data, diffs, parameter diffs and BatchNorm's
+    statistics as layer-by-layer runs give them (a forward hook turns the fusing off), the
+    ReLUs' own forward not called; the backward reads BatchNorm's output before the ReLU."""
+    from pycaffe_ft.layers.neuron import ReLULayer
+    nets = [Net(NORMALIZED_RELUS, phase), Net(NORMALIZED_RELUS, phase)]
+    rng = np.random.default_rng(5)
+    for name, layer in nets[0].layer_dict.items():
+        for mine, theirs in zip(layer.blobs, nets[1].layer_dict[name].blobs):
+            if layer.type == 'BatchNorm':  # stored statistics: mean, variance, factor
+                mine.data[...] = rng.uniform(0.5, 1.5, mine.shape)
+            theirs.data[...] = mine.data
+    nets[1].after_forward(lambda i: None)  # something looks between layers
+    data = rng.standard_normal(nets[0].blobs['data'].shape)
+    top_diff = rng.standard_normal(nets[0].blobs['sum3'].shape)
+    calls = []
+    original = ReLULayer.forward
+    monkeypatch.setattr(ReLULayer, 'forward', lambda self, bottom, top: (calls.append(self.name),
+                                                                        original(self, bottom, top)))
+    called = []
+    for net in nets:
+        calls.clear()
+        net.blobs['data'].data[...] = data
+        net.forward()
+        net.blobs['sum3'].diff[...] = top_diff
+        net.backward()
+        called.append(list(calls))
+    assert called == [[], ['relu_bn', 'relu_scale', 'relu_scaled', 'relu_sum', 'relu_sum3']]
+    for name in ('conv', 'scaled', 'sum', 'sum3'):
+        assert (nets[0].blobs[name].data == 0).any() and (nets[0].blobs[name].data > 0).any(), name
+    for name in nets[0].blobs:
+        assert nets[0].blobs[name].data.tobytes() == nets[1].blobs[name].data.tobytes(), name
+        assert nets[0].blobs[name].diff.tobytes() == nets[1].blobs[name].diff.tobytes(), name
+    for name, layer in nets[0].layer_dict.items():
+        for mine, theirs in zip(layer.blobs, nets[1].layer_dict[name].blobs):
+            assert mine.data.tobytes() == theirs.data.tobytes(), name
+            assert mine.diff.tobytes() == theirs.diff.tobytes(), name
+
+
 def test_a_relu_in_place_is_masked_by_the_backward_of_the_layer_above_it_with_the_same_bits(monkeypatch):
     """Backward: the layer reading a ReLU's in-place top (Convolution by im2col, with a direct
     weight gradient and by Winograd, MAX and AVE pooling) multiplies the diff it writes by the

@@ -1,6 +1,8 @@
 """Eltwise (PROD, SUM with coeff, MAX), Reduction (SUM, ASUM, SUMSQ, MEAN) and ArgMax."""
 import numpy as np
 
+from ..intra_op import for_images
+from ..kernels.eltwise import weighted_sum
 from ..proto import caffe_pb2
 from ..registry import LAYERS
 from .base import Layer
@@ -11,12 +13,18 @@ _E = caffe_pb2.EltwiseParameter
 _R = caffe_pb2.ReductionParameter
 
 
+def _by_image(array):
+    """The array as (images, values of an image); a 0-D array as one image of one value."""
+    return array.reshape(array.shape[0] if array.ndim else 1, -1)
+
+
 @LAYERS.register('Eltwise', v1_name='ELTWISE')
 class EltwiseLayer(Layer):
     """MAX: a > b ? a : b for the first two, later bottoms must be strictly greater to win."""
     type = 'Eltwise'
     min_num_bottom = 2
     exact_num_top = 1
+    fuses_relu = True  # every operation applies the in-place ReLU after it (see Layer)
 
     @property
     def selects_by_value(self):
@@ -46,6 +54,13 @@ class EltwiseLayer(Layer):
             np.multiply(bottom[0].data, bottom[1].data, out=y)
             for b in bottom[2:]:
                 y *= b.data
+        elif self.op == _E.SUM and len(bottom) == 2:
+            a, b = (_by_image(blob.data) for blob in bottom)
+            out, (ca, cb) = _by_image(y), self.coeffs
+            for_images(lambda lo, hi: weighted_sum(a[lo:hi].reshape(-1), b[lo:hi].reshape(-1), ca, cb,
+                                                   out[lo:hi].reshape(-1), self.relu_on_top),
+                       out.shape[0], out.shape[1])
+            return
         elif self.op == _E.SUM:
             acc = bottom[0].data * self.coeffs[0]
             for b, c in zip(bottom[1:], self.coeffs[1:]):
@@ -60,6 +75,7 @@ class EltwiseLayer(Layer):
                 win = blob.data > y
                 y[...] = np.where(win, blob.data, y)
                 self.mask[win] = i
+        self.relu_on_top_of(y)
 
     def backward(self, top, propagate_down, bottom):
         dy = top[0].diff

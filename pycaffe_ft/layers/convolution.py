@@ -30,6 +30,15 @@ ms: LeNet's conv2 (20 -> 50, 5x5, 8x8 outputs, 64 images) 3.7 -> 2.8; 32 -> 32 5
 64 images 4.9 -> 3.0; 16 -> 16 3x3, 32x32 outputs, 32 images 4.6 -> 3.7; but 64 -> 64 3x3, 16x16
 outputs, 32 images 10.6 -> 10.7 and 128 -> 128 3x3, 8x8 outputs, 16 images 3.9 -> 5.0."""
 
+DIRECT_MIN_KERNEL_WIDTH = 3
+"""Narrower kernels never run directly: each input load of the direct kernels feeds only the
+kernel's width of taps, and a 1 x 1 convolution is a GEMM on the bottom as it is (no column
+buffer). One thread, Zen 3, ms, direct against im2col + GEMM (forward; forward + backward):
+ResNet-50's res2a_branch1 (64 -> 256, 1 x 1, 56 x 56, one image) 7.0 -> 1.4; 10.8 -> 4.3, the
+same at 16 images 120 -> 24; 172 -> 71; 16 -> 64, 1 x 1, 28 x 28, 16 images 2.1 -> 0.8; 3.9 ->
+2.3; 16 -> 64, 2 x 2, 28 x 28, 16 images 5.0 -> 2.1; 9.4 -> 6.7. Widths 3 to 7 keep their gain
+or tie (4 -> 32, 4 x 4: 1.0 against 1.25; 3 -> 64, 7 x 7: 12.6 against 13.3)."""
+
 SMALL_PRODUCT_OUTPUTS = 64
 """Up to this many output channels (one group, AVX-512, ``engine`` not CAFFE, output planes a
 multiple of 8 positions, one band) the im2col backward runs its products in batched_gemm's
@@ -270,10 +279,12 @@ class ConvolutionLayer(BaseConvolutionLayer):
 
     def _direct_geometry(self):
         """Whether :mod:`~pycaffe_ft.kernels.direct_conv` can run this layer: stride 1, no
-        dilation or groups, rows of at least 8 outputs, ``engine`` not CAFFE."""
+        dilation or groups, rows of at least 8 outputs, kernels at least DIRECT_MIN_KERNEL_WIDTH
+        wide, ``engine`` not CAFFE."""
         p = self.layer_param.convolution_param
         return (p.engine != caffe_pb2.ConvolutionParameter.CAFFE and self.group == 1
-                and self.stride == (1, 1) and self.dilation == (1, 1) and self.out_hw[1] >= 8)
+                and self.stride == (1, 1) and self.dilation == (1, 1) and self.out_hw[1] >= 8
+                and self.kernel[1] >= DIRECT_MIN_KERNEL_WIDTH)
 
     def algorithms(self):
         """(forward, backward): 'direct', 'Winograd F(2x2, rxr)' or 'im2col', what the passes

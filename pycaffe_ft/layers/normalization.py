@@ -1,11 +1,16 @@
 """BatchNorm, Scale, Bias and MVN, with Caffe's stored-statistics conventions."""
 import numpy as np
 
+from ..intra_op import for_images
+from ..kernels.channelwise import channel_moments, multiply_add, normalized_backward, scale_backward, \
+    subtract_multiply
 from ..proto import caffe_pb2
 from ..registry import LAYERS
 from .base import Layer
 
 __all__ = ['BatchNormLayer', 'ScaleLayer', 'BiasLayer', 'MVNLayer']
+
+_NO_BIAS = np.zeros(1, np.float32)  # the bias argument of a Scale layer without one
 
 
 @LAYERS.register('BatchNorm')
@@ -20,6 +25,7 @@ class BatchNormLayer(Layer):
     type = 'BatchNorm'
     exact_num_bottom = 1
     exact_num_top = 1
+    fuses_relu = True  # its forward applies the in-place ReLU after it (see Layer)
 
     def layer_setup(self, bottom, top):
         p = self.layer_param.batch_norm_param
@@ -44,22 +50,25 @@ class BatchNormLayer(Layer):
         if top[0] is not bottom[0]:
             top[0].reshape(bottom[0].shape)
 
-    def _view(self, a):
-        n = a.shape[0]
-        return a.reshape(n, self.channels, -1)
+    def _geometry(self, blob):
+        """(outer, inner): the bottom as (outer, channels, inner)."""
+        outer = blob.shape[0] if blob.ndim else 1
+        return outer, blob.size // max(outer * self.channels, 1)
 
     def forward(self, bottom, top):
-        x = self._view(bottom[0].data)
+        x = bottom[0].data
+        outer, inner = self._geometry(x)
         if self.use_global_stats:
             factor = self.blobs[2].data[0]
             factor = 0.0 if factor == 0 else 1.0 / factor
             mean = self.blobs[0].data * np.float32(factor)
             var = self.blobs[1].data * np.float32(factor)
         else:
-            x64 = x.astype(np.float64)
-            mean = x64.mean(axis=(0, 2))
-            var = ((x64 - mean[None, :, None]) ** 2).mean(axis=(0, 2))
-            m = x.shape[0] * x.shape[2]
+            mean, var = np.empty(self.channels), np.empty(self.channels)
+            flat = x.reshape(-1)
+            for_images(lambda lo, hi: channel_moments(flat, outer, self.channels, inner, lo, hi, mean, var),
+                       self.channels, outer * inner)
+            m = outer * inner
             correction = m / (m - 1.0) if m > 1 else 1.0
             if self.stats_hook is not None:
                 self.stats_hook(self, mean, var * correction)
@@ -68,24 +77,29 @@ class BatchNormLayer(Layer):
                 self.blobs[0].data[...] = self.blobs[0].data * self.maf + mean.astype(np.float32)
                 self.blobs[1].data[...] = self.blobs[1].data * self.maf + (var * correction).astype(np.float32)
         self.inv_std = (1.0 / np.sqrt(np.asarray(var, np.float64) + self.eps)).astype(np.float32)
-        y = self._view(top[0].data)
-        y[...] = (x - np.asarray(mean, np.float32)[None, :, None]) * self.inv_std[None, :, None]
-        if not self.use_global_stats:
-            self.x_norm = np.array(y, copy=True)
+        keeping = not self.use_global_stats
+        if keeping and (getattr(self, 'x_norm', None) is None or self.x_norm.shape != x.shape):
+            self.x_norm = np.empty_like(x)
+        keep = self.x_norm.reshape(-1) if keeping else x.reshape(-1)
+        shift, src, dst = np.asarray(mean, np.float32), x.reshape(-1), top[0].data.reshape(-1)
+        for_images(lambda lo, hi: subtract_multiply(src, dst, keep, lo, hi, self.channels, inner, shift,
+                                                    self.inv_std, self.relu_on_top, keeping),
+                   outer * self.channels, inner)
 
     def backward(self, top, propagate_down, bottom):
         if not propagate_down[0]:
             return
-        dy = self._view(top[0].diff)
-        dx = self._view(bottom[0].diff)
+        dy, dx = top[0].diff.reshape(-1), bottom[0].diff.reshape(-1)
+        outer, inner = self._geometry(top[0].diff)
         if self.use_global_stats:
-            dx[...] = dy * self.inv_std[None, :, None]
+            for_images(lambda lo, hi: multiply_add(dy, dx, dx, lo, hi, self.channels, inner, self.inv_std,
+                                                   self.inv_std, False, False, False),
+                       outer * self.channels, inner)
             return
-        y = self.x_norm
-        dy64 = dy.astype(np.float64)
-        mean_dy = dy64.mean(axis=(0, 2))[None, :, None]
-        mean_dy_y = (dy64 * y).mean(axis=(0, 2))[None, :, None]
-        dx[...] = (dy64 - mean_dy - mean_dy_y * y) * self.inv_std[None, :, None]
+        y = self.x_norm.reshape(-1)
+        for_images(lambda lo, hi: normalized_backward(dy, y, dx, outer, self.channels, inner, lo, hi,
+                                                      self.inv_std),
+                   self.channels, outer * inner)
 
 
 def _scale_geometry(layer, bottom, param_shape_from):
@@ -120,6 +134,7 @@ class ScaleLayer(Layer):
     min_num_bottom = 1
     max_num_bottom = 2
     exact_num_top = 1
+    fuses_relu = True  # its forward applies the in-place ReLU after it (see Layer)
 
     def layer_setup(self, bottom, top):
         p = self.layer_param.scale_param
@@ -144,32 +159,42 @@ class ScaleLayer(Layer):
             top[0].reshape(bottom[0].shape)
 
     def _scale(self, bottom):
-        s = self.blobs[0].data if self.learned_scale else bottom[1].data
-        return s.reshape(1, self.dim, 1)
+        return (self.blobs[0].data if self.learned_scale else bottom[1].data).reshape(-1)
+
+    def _bias(self):
+        return _NO_BIAS if self.bias_index is None else self.blobs[self.bias_index].data.reshape(-1)
 
     def forward(self, bottom, top):
-        x = bottom[0].data.reshape(self.outer, self.dim, self.inner)
-        if top[0] is bottom[0]:
-            self._x = np.array(x, copy=True)
-        y = top[0].data.reshape(self.outer, self.dim, self.inner)
-        y[...] = x * self._scale(bottom)
-        if self.bias_index is not None:
-            y += self.blobs[self.bias_index].data.reshape(1, self.dim, 1)
+        x = bottom[0].data
+        keeping = top[0] is bottom[0]
+        if keeping and (getattr(self, '_x', None) is None or self._x.shape != x.shape):
+            self._x = np.empty_like(x)
+        src, dst = x.reshape(-1), top[0].data.reshape(-1)
+        keep = self._x.reshape(-1) if keeping else src
+        scale, bias = self._scale(bottom), self._bias()
+        for_images(lambda lo, hi: multiply_add(src, dst, keep, lo, hi, self.dim, self.inner, scale, bias,
+                                               self.bias_index is not None, self.relu_on_top, keeping),
+                   self.outer * self.dim, self.inner)
 
     def backward(self, top, propagate_down, bottom):
-        dy = top[0].diff.reshape(self.outer, self.dim, self.inner)
-        if self.bias_index is not None and self.param_propagate_down[self.bias_index]:
-            self.blobs[self.bias_index].diff.reshape(-1)[...] += dy.sum(axis=(0, 2), dtype=np.float64)
+        need_bias = self.bias_index is not None and self.param_propagate_down[self.bias_index]
         need_scale = self.param_propagate_down[0] if self.learned_scale else propagate_down[1]
-        if need_scale:
-            x = self._x if top[0] is bottom[0] else bottom[0].data.reshape(self.outer, self.dim, self.inner)
-            g = (dy.astype(np.float64) * x).sum(axis=(0, 2))
-            if self.learned_scale:
-                self.blobs[0].diff.reshape(-1)[...] += g
-            else:
-                bottom[1].diff.reshape(-1)[...] = g
-        if propagate_down[0]:
-            bottom[0].diff.reshape(self.outer, self.dim, self.inner)[...] = dy * self._scale(bottom)
+        if not (need_bias or need_scale or propagate_down[0]):
+            return
+        dy = top[0].diff.reshape(-1)
+        x = (self._x if top[0] is bottom[0] else bottom[0].data).reshape(-1)
+        dx = bottom[0].diff.reshape(-1) if propagate_down[0] else dy
+        if self.learned_scale:
+            scale_diff = self.blobs[0].diff.reshape(-1)
+        else:
+            scale_diff = bottom[1].diff.reshape(-1)
+            if need_scale:
+                scale_diff[...] = 0
+        bias_diff = self.blobs[self.bias_index].diff.reshape(-1) if need_bias else scale_diff
+        scale = self._scale(bottom)
+        for_images(lambda lo, hi: scale_backward(dy, x, dx, self.outer, self.dim, self.inner, lo, hi, scale,
+                                                 scale_diff, bias_diff, need_scale, need_bias, propagate_down[0]),
+                   self.dim, self.outer * self.inner)
 
 
 @LAYERS.register('Bias')
