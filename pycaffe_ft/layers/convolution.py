@@ -328,7 +328,8 @@ class ConvolutionLayer(BaseConvolutionLayer):
 
     def _fast_algorithms(self):
         """(forward, backward) from 'Winograd F(2x2, rxr)' and 'im2col'."""
-        if self.winograd is None or not Winograd.pays(self.num * self.out_hw[0] * self.out_hw[1]):
+        positions = self.num * self.out_hw[0] * self.out_hw[1]
+        if self.winograd is None or not Winograd.pays(positions, max(self.channels, self.num_output) // self.group):
             return 'im2col', 'im2col'
         name = 'Winograd F(2x2, %dx%d)' % self.kernel
         forward = 'im2col' if self.before_value_selection else name

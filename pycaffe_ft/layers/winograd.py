@@ -60,6 +60,20 @@ MIN_OUTPUTS = 256
 weights (every pass: they may have changed) costs more than Winograd saves: ResNet-50's
 7x7 512-channel 3x3 convolutions at batch 1 took 51 ms instead of 4 ms by im2col."""
 
+OUTPUTS_PER_CHANNEL = 4
+"""Wider layers need more positions to pay: at least this many per channel (the larger of
+the input and output channels per group), up to WIDE_MIN_OUTPUTS. One Zen 3 thread, ms,
+Winograd against im2col, forward; forward + backward: 512 -> 512 channels on 7 x 7 at 8
+images (392 positions) 47 / 25; 121 / 92, at 16 images 64 / 48; 162 / 157, at 32 images 90 /
+103; 246 / 326; 256 channels on 14 x 14 at 2 images 8.6 / 5.7; 22.6 / 18.1, at 4 images 13.1 /
+11.1; 34.4 / 36.6, at 8 images 19 / 23; 53 / 73; 128 channels on 14 x 14 at 2 images 2.6 / 1.7;
+7.9 / 5.6, on 28 x 28 at 1 image 2.7 / 2.9; 7.6 / 9.1; 64 channels on 14 x 14 at 2 images 0.6
+/ 0.65; 1.6 / 1.6."""
+
+WIDE_MIN_OUTPUTS = 1536
+"""The most positions OUTPUTS_PER_CHANNEL asks for (512 channels on 14 x 14 at 8 images,
+1568 positions: 83 / 99; 222 / 304 ms)."""
+
 
 def _tiered(name):
     """``kernels.<name>``, run as its NumPy reference while it compiles in the background
@@ -146,9 +160,10 @@ class Winograd:
         self._partials = aligned_empty(0)  # the weight gradient's per-chunk sums, reused
 
     @staticmethod
-    def pays(outputs):
-        """Whether a pass over ``outputs`` positions is worth the weight transform."""
-        return outputs >= MIN_OUTPUTS
+    def pays(outputs, channels):
+        """Whether a pass over ``outputs`` positions is worth the weight transform, for a layer
+        of ``channels`` (input or output, the larger) per group."""
+        return outputs >= max(MIN_OUTPUTS, min(OUTPUTS_PER_CHANNEL * channels, WIDE_MIN_OUTPUTS))
 
     @staticmethod
     def fast_products(in_channels, out_channels):
