@@ -13,9 +13,9 @@ _E = caffe_pb2.EltwiseParameter
 _R = caffe_pb2.ReductionParameter
 
 
-def _by_image(array):
-    """The array as (images, values of an image); a 0-D array as one image of one value."""
-    return array.reshape(array.shape[0] if array.ndim else 1, -1)
+def _planes(array):
+    """The array as rows of its values per (image, channel), to split over threads at any batch."""
+    return array.reshape(array.shape[0] * array.shape[1] if array.ndim > 1 else 1, -1)
 
 
 @LAYERS.register('Eltwise', v1_name='ELTWISE')
@@ -55,8 +55,8 @@ class EltwiseLayer(Layer):
             for b in bottom[2:]:
                 y *= b.data
         elif self.op == _E.SUM and len(bottom) == 2:
-            a, b = (_by_image(blob.data) for blob in bottom)
-            out, (ca, cb) = _by_image(y), self.coeffs
+            a, b = (_planes(blob.data) for blob in bottom)
+            out, (ca, cb) = _planes(y), self.coeffs
             for_images(lambda lo, hi: weighted_sum(a[lo:hi].reshape(-1), b[lo:hi].reshape(-1), ca, cb,
                                                    out[lo:hi].reshape(-1), self.relu_on_top),
                        out.shape[0], out.shape[1])

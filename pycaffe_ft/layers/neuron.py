@@ -14,12 +14,13 @@ __all__ = ['ReLULayer', 'SigmoidLayer', 'TanHLayer', 'AbsValLayer', 'BNLLLayer',
 f32 = np.float32
 
 
-def _per_image(kernel, *arrays):
-    """kernel(*flat slices) over ranges of images on the intra-op threads (arrays of one shape,
-    C-contiguous; in place allowed: elementwise kernels)."""
+def _elementwise(kernel, *arrays):
+    """kernel(*flat slices) over ranges of (image, channel) planes on the intra-op threads, so
+    that a single image splits too (arrays of one shape, C-contiguous; in place allowed:
+    elementwise kernels)."""
     if arrays[0].size == 0:
         return
-    rows = [a.reshape(a.shape[0] if a.ndim else 1, -1) for a in arrays]
+    rows = [a.reshape(a.shape[0] * a.shape[1] if a.ndim > 1 else 1, -1) for a in arrays]
     for_images(lambda lo, hi: kernel(*(r[lo:hi].reshape(-1) for r in rows)), rows[0].shape[0], rows[0].shape[1])
 
 
@@ -46,7 +47,7 @@ class ReLULayer(NeuronLayer):
         slope = self.layer_param.relu_param.negative_slope
         x = bottom[0].data
         if slope == 0:
-            _per_image(relu_forward, x, top[0].data)
+            _elementwise(relu_forward, x, top[0].data)
         else:
             top[0].data[...] = np.where(x > 0, x, x * f32(slope))
 
@@ -57,7 +58,7 @@ class ReLULayer(NeuronLayer):
         x = bottom[0].data  # in place this is the top data: the sign test is the same
         dy, dx = top[0].diff, bottom[0].diff
         if slope == 0:
-            _per_image(relu_backward, x, dy, dx)
+            _elementwise(relu_backward, x, dy, dx)
         else:
             bottom[0].diff[...] = np.where(x > 0, dy, dy * f32(slope))
 

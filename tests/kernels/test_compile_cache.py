@@ -11,7 +11,11 @@ layer { name: "data" type: "Input" top: "data" input_param { shape { dim: 16 dim
 layer { name: "label" type: "Input" top: "label" input_param { shape { dim: 16 } } }
 layer { name: "conv1" type: "Convolution" bottom: "data" top: "conv1"
   convolution_param { num_output: 20 kernel_size: 5 weight_filler { type: "xavier" } } }
-layer { name: "pool1" type: "Pooling" bottom: "conv1" top: "pool1" pooling_param { pool: MAX kernel_size: 2 stride: 2 } }
+layer { name: "bn1" type: "BatchNorm" bottom: "conv1" top: "conv1" }
+layer { name: "scale1" type: "Scale" bottom: "conv1" top: "conv1" scale_param { bias_term: true } }
+layer { name: "relu0" type: "ReLU" bottom: "conv1" top: "conv1" }
+layer { name: "sum1" type: "Eltwise" bottom: "conv1" bottom: "conv1" top: "sum1" }
+layer { name: "pool1" type: "Pooling" bottom: "sum1" top: "pool1" pooling_param { pool: MAX kernel_size: 2 stride: 2 } }
 layer { name: "conv2" type: "Convolution" bottom: "pool1" top: "conv2"
   convolution_param { num_output: 50 kernel_size: 5 weight_filler { type: "xavier" } } }
 layer { name: "pool2" type: "Pooling" bottom: "conv2" top: "pool2" pooling_param { pool: MAX kernel_size: 2 stride: 2 } }
