@@ -353,6 +353,14 @@ def scratch(name, size, dtype=np.float32):
     return buf[:size]
 
 
+def planes(array):
+    """``array`` (C-contiguous) as rows: one per (image, channel) of an array of two or more
+    axes, so that elementwise work splits over the threads at any batch; one per value of a
+    1-D array."""
+    rows = int(np.prod(array.shape[:2])) if array.ndim else 1
+    return array.reshape(rows, array.size // rows if rows else 0)
+
+
 def for_images(fn, num, per_image, least=1 << 16):
     """``fn(lo, hi)`` over image ranges on the threads: for work whose images are independent
     (elementwise layers, pooling, normalisation across channels). Below ``least`` values it is

@@ -216,3 +216,13 @@ def test_the_load_watch_sees_a_busy_process():
         spinner.wait()
     assert others is not None and others > 0.5
     assert watch.others(10.0) is None  # too soon for another reading
+
+
+def test_planes_are_rows_per_image_and_channel_of_any_array():
+    from pycaffe_ft.intra_op import planes
+    for shape, rows in (((2, 3, 4, 5), (6, 20)), ((4, 10), (40, 1)), ((7,), (7, 1)), ((), (1, 1)),
+                        ((0, 3, 4), (0, 0))):
+        a = np.arange(int(np.prod(shape)), dtype=np.float32).reshape(shape)
+        view = planes(a)
+        assert view.shape == rows and np.shares_memory(view, a) | (a.size == 0)
+        assert view.reshape(-1).tolist() == a.reshape(-1).tolist()

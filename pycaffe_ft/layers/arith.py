@@ -1,7 +1,7 @@
 """Eltwise (PROD, SUM with coeff, MAX), Reduction (SUM, ASUM, SUMSQ, MEAN) and ArgMax."""
 import numpy as np
 
-from ..intra_op import for_images
+from ..intra_op import for_images, planes
 from ..kernels.eltwise import weighted_sum
 from ..proto import caffe_pb2
 from ..registry import LAYERS
@@ -11,11 +11,6 @@ __all__ = ['EltwiseLayer', 'ReductionLayer', 'ArgMaxLayer']
 
 _E = caffe_pb2.EltwiseParameter
 _R = caffe_pb2.ReductionParameter
-
-
-def _planes(array):
-    """The array as rows of its values per (image, channel), to split over threads at any batch."""
-    return array.reshape(array.shape[0] * array.shape[1] if array.ndim > 1 else 1, -1)
 
 
 @LAYERS.register('Eltwise', v1_name='ELTWISE')
@@ -55,8 +50,8 @@ class EltwiseLayer(Layer):
             for b in bottom[2:]:
                 y *= b.data
         elif self.op == _E.SUM and len(bottom) == 2:
-            a, b = (_planes(blob.data) for blob in bottom)
-            out, (ca, cb) = _planes(y), self.coeffs
+            a, b = (planes(blob.data) for blob in bottom)
+            out, (ca, cb) = planes(y), self.coeffs
             for_images(lambda lo, hi: weighted_sum(a[lo:hi].reshape(-1), b[lo:hi].reshape(-1), ca, cb,
                                                    out[lo:hi].reshape(-1), self.relu_on_top),
                        out.shape[0], out.shape[1])

@@ -1,7 +1,7 @@
 """Elementwise neuron layers, with Caffe's exact forward/backward formulas (and its kinks)."""
 import numpy as np
 
-from ..intra_op import for_images
+from ..intra_op import for_images, planes
 from ..kernels.relu import relu_backward, relu_forward
 from ..proto import caffe_pb2
 from ..registry import LAYERS
@@ -20,7 +20,7 @@ def _elementwise(kernel, *arrays):
     elementwise kernels)."""
     if arrays[0].size == 0:
         return
-    rows = [a.reshape(a.shape[0] * a.shape[1] if a.ndim > 1 else 1, -1) for a in arrays]
+    rows = [planes(a) for a in arrays]
     for_images(lambda lo, hi: kernel(*(r[lo:hi].reshape(-1) for r in rows)), rows[0].shape[0], rows[0].shape[1])
 
 

@@ -10,7 +10,12 @@ from .base import Layer
 
 __all__ = ['BatchNormLayer', 'ScaleLayer', 'BiasLayer', 'MVNLayer']
 
-_NO_BIAS = np.zeros(1, np.float32)  # the bias argument of a Scale layer without one
+_NO_BIAS = np.zeros(1, np.float32)  # the bias argument of multiply_add without one
+
+
+def _buffer_like(buffer, x):
+    """``buffer`` if it has x's shape (kept between passes), else a new one."""
+    return buffer if buffer is not None and buffer.shape == x.shape else np.empty_like(x)
 
 
 @LAYERS.register('BatchNorm')
@@ -78,8 +83,8 @@ class BatchNormLayer(Layer):
                 self.blobs[1].data[...] = self.blobs[1].data * self.maf + (var * correction).astype(np.float32)
         self.inv_std = (1.0 / np.sqrt(np.asarray(var, np.float64) + self.eps)).astype(np.float32)
         keeping = not self.use_global_stats
-        if keeping and (getattr(self, 'x_norm', None) is None or self.x_norm.shape != x.shape):
-            self.x_norm = np.empty_like(x)
+        if keeping:
+            self.x_norm = _buffer_like(getattr(self, 'x_norm', None), x)
         keep = self.x_norm.reshape(-1) if keeping else x.reshape(-1)
         shift, src, dst = np.asarray(mean, np.float32), x.reshape(-1), top[0].data.reshape(-1)
         for_images(lambda lo, hi: subtract_multiply(src, dst, keep, lo, hi, self.channels, inner, shift,
@@ -93,7 +98,7 @@ class BatchNormLayer(Layer):
         outer, inner = self._geometry(top[0].diff)
         if self.use_global_stats:
             for_images(lambda lo, hi: multiply_add(dy, dx, dx, lo, hi, self.channels, inner, self.inv_std,
-                                                   self.inv_std, False, False, False),
+                                                   _NO_BIAS, False, False, False),
                        outer * self.channels, inner)
             return
         y = self.x_norm.reshape(-1)
@@ -167,8 +172,8 @@ class ScaleLayer(Layer):
     def forward(self, bottom, top):
         x = bottom[0].data
         keeping = top[0] is bottom[0]
-        if keeping and (getattr(self, '_x', None) is None or self._x.shape != x.shape):
-            self._x = np.empty_like(x)
+        if keeping:
+            self._x = _buffer_like(getattr(self, '_x', None), x)
         src, dst = x.reshape(-1), top[0].data.reshape(-1)
         keep = self._x.reshape(-1) if keeping else src
         scale, bias = self._scale(bottom), self._bias()
