@@ -62,6 +62,7 @@ class BatchNormLayer(Layer):
 
     def forward(self, bottom, top):
         x = bottom[0].data
+        src = x.reshape(-1)
         outer, inner = self._geometry(x)
         if self.use_global_stats:
             factor = self.blobs[2].data[0]
@@ -70,8 +71,7 @@ class BatchNormLayer(Layer):
             var = self.blobs[1].data * np.float32(factor)
         else:
             mean, var = np.empty(self.channels), np.empty(self.channels)
-            flat = x.reshape(-1)
-            for_images(lambda lo, hi: channel_moments(flat, outer, self.channels, inner, lo, hi, mean, var),
+            for_images(lambda lo, hi: channel_moments(src, outer, self.channels, inner, lo, hi, mean, var),
                        self.channels, outer * inner)
             m = outer * inner
             correction = m / (m - 1.0) if m > 1 else 1.0
@@ -85,8 +85,8 @@ class BatchNormLayer(Layer):
         keeping = not self.use_global_stats
         if keeping:
             self.x_norm = _buffer_like(getattr(self, 'x_norm', None), x)
-        keep = self.x_norm.reshape(-1) if keeping else x.reshape(-1)
-        shift, src, dst = np.asarray(mean, np.float32), x.reshape(-1), top[0].data.reshape(-1)
+        keep = self.x_norm.reshape(-1) if keeping else src
+        shift, dst = np.asarray(mean, np.float32), top[0].data.reshape(-1)
         for_images(lambda lo, hi: subtract_multiply(src, dst, keep, lo, hi, self.channels, inner, shift,
                                                     self.inv_std, self.relu_on_top, keeping),
                    outer * self.channels, inner)
