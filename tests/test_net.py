@@ -359,6 +359,22 @@ layer { name: "relu_leaky" type: "ReLU" bottom: "leaky" top: "leaky" relu_param 
 '''
 
 
+def _copy_parameters(net, other):
+    """other's parameter blobs = net's (two nets of one definition)."""
+    for name, layer in net.layer_dict.items():
+        for mine, theirs in zip(layer.blobs, other.layer_dict[name].blobs):
+            theirs.data[...] = mine.data
+
+
+def _assert_same_parameter_bits(net, other, data=True):
+    """Every parameter blob's diff (and, with ``data``, its data) has the same bits in both nets."""
+    for name, layer in net.layer_dict.items():
+        for mine, theirs in zip(layer.blobs, other.layer_dict[name].blobs):
+            if data:
+                assert mine.data.tobytes() == theirs.data.tobytes(), name
+            assert mine.diff.tobytes() == theirs.diff.tobytes(), name
+
+
 def test_a_relu_in_place_is_applied_by_the_layer_before_it_with_the_same_bits(monkeypatch):
     """Convolution (direct, im2col, Winograd) and MAX/AVE pooling write their top through the
     in-place ReLU after them in a whole pass: every blob as layer-by-layer runs give it (a
@@ -370,9 +386,7 @@ def test_a_relu_in_place_is_applied_by_the_layer_before_it_with_the_same_bits(mo
     assert [net.layer_dict[n].algorithms()[0] for n in ('direct', 'im2col', 'winograd')] == \
         ['direct', 'im2col', 'Winograd F(2x2, 3x3)']
     reference = Net(FUSED_RELUS, caffe.TEST)
-    for name, layer in net.layer_dict.items():
-        for mine, theirs in zip(layer.blobs, reference.layer_dict[name].blobs):
-            theirs.data[...] = mine.data
+    _copy_parameters(net, reference)
     reference.blobs['data'].data[...] = net.blobs['data'].data
     reference.after_forward(lambda i: None)  # something looks between layers
     reference.forward()
@@ -422,11 +436,11 @@ def test_batchnorm_scale_and_eltwise_apply_the_relu_in_place_after_them_with_the
     from pycaffe_ft.layers.neuron import ReLULayer
     nets = [Net(NORMALIZED_RELUS, phase), Net(NORMALIZED_RELUS, phase)]
     rng = np.random.default_rng(5)
-    for name, layer in nets[0].layer_dict.items():
-        for mine, theirs in zip(layer.blobs, nets[1].layer_dict[name].blobs):
-            if layer.type == 'BatchNorm':  # stored statistics: mean, variance, factor
-                mine.data[...] = rng.uniform(0.5, 1.5, mine.shape)
-            theirs.data[...] = mine.data
+    for layer in nets[0].layers:  # drawn here, not by the fillers: the same values in any test order
+        for blob in layer.blobs:
+            stored_statistics = layer.type == 'BatchNorm'  # mean, variance, factor
+            blob.data[...] = rng.uniform(0.5, 1.5, blob.shape) if stored_statistics else rng.standard_normal(blob.shape)
+    _copy_parameters(*nets)
     nets[1].after_forward(lambda i: None)  # something looks between layers
     data = rng.standard_normal(nets[0].blobs['data'].shape)
     top_diff = rng.standard_normal(nets[0].blobs['sum3'].shape)
@@ -448,10 +462,7 @@ def test_batchnorm_scale_and_eltwise_apply_the_relu_in_place_after_them_with_the
     for name in nets[0].blobs:
         assert nets[0].blobs[name].data.tobytes() == nets[1].blobs[name].data.tobytes(), name
         assert nets[0].blobs[name].diff.tobytes() == nets[1].blobs[name].diff.tobytes(), name
-    for name, layer in nets[0].layer_dict.items():
-        for mine, theirs in zip(layer.blobs, nets[1].layer_dict[name].blobs):
-            assert mine.data.tobytes() == theirs.data.tobytes(), name
-            assert mine.diff.tobytes() == theirs.diff.tobytes(), name
+    _assert_same_parameter_bits(*nets)
 
 
 def test_a_relu_in_place_is_masked_by_the_backward_of_the_layer_above_it_with_the_same_bits(monkeypatch):
@@ -462,9 +473,7 @@ def test_a_relu_in_place_is_masked_by_the_backward_of_the_layer_above_it_with_th
     leaky one's is), their after-backward hooks still called in order."""
     from pycaffe_ft.layers.neuron import ReLULayer
     nets = [Net(FUSED_RELUS, caffe.TRAIN), Net(FUSED_RELUS, caffe.TRAIN)]
-    for name, layer in nets[0].layer_dict.items():
-        for mine, theirs in zip(layer.blobs, nets[1].layer_dict[name].blobs):
-            theirs.data[...] = mine.data
+    _copy_parameters(*nets)
     rng = np.random.default_rng(4)
     data, top_diff = rng.standard_normal(nets[0].blobs['data'].shape), rng.standard_normal(nets[0].blobs['leaky'].shape)
     nets[1].before_backward(lambda i: None)  # something looks between layers
@@ -487,6 +496,4 @@ def test_a_relu_in_place_is_masked_by_the_backward_of_the_layer_above_it_with_th
     assert after == list(range(len(nets[0].layers)))[::-1]
     for name in nets[0].blobs:
         assert nets[0].blobs[name].diff.tobytes() == nets[1].blobs[name].diff.tobytes(), name
-    for name, layer in nets[0].layer_dict.items():
-        for mine, theirs in zip(layer.blobs, nets[1].layer_dict[name].blobs):
-            assert mine.diff.tobytes() == theirs.diff.tobytes(), name
+    _assert_same_parameter_bits(*nets, data=False)
