@@ -173,7 +173,7 @@ def _add_scaled_rows(acc, coefficients, rows):
 
 
 @_quietly
-def weight_tiles(w, g_matrix, groups, flip, out):
+def weight_tiles(w, g_matrix, groups, flip, out, first_pair, last_pair):
     """:func:`.winograd.weight_tiles`."""
     k, c_in, r = w.shape[0], w.shape[1], w.shape[2]
     alpha, per_group = g_matrix.shape[0], k // groups
@@ -194,7 +194,8 @@ def weight_tiles(w, g_matrix, groups, flip, out):
         for q in range(alpha):
             total = np.zeros(k * c_in)
             _add_scaled_rows(total, g_matrix[q], half[p])
-            flat[p * alpha + q, dest] = total
+            written = (dest >= first_pair) & (dest < last_pair)
+            flat[p * alpha + q, dest[written]] = total[written]
 
 
 @_quietly

@@ -20,7 +20,7 @@ from fractions import Fraction
 import numpy as np
 
 from ..aligned import aligned_empty
-from ..intra_op import gemm, image_chunks, run_chunks, scratch, sum_in_chunk_order
+from ..intra_op import gemm, image_chunks, num_threads, run_chunks, scratch, sum_in_chunk_order
 from ..kernels import numpy_references as references, winograd as kernels
 from ..kernels.small_gemm import batched_gemm_function
 from ..kernels.tiered import call
@@ -69,6 +69,22 @@ images (392 positions) 47 / 25; 121 / 92, at 16 images 64 / 48; 162 / 157, at 32
 11.1; 34.4 / 36.6, at 8 images 19 / 23; 53 / 73; 128 channels on 14 x 14 at 2 images 2.6 / 1.7;
 7.9 / 5.6, on 28 x 28 at 1 image 2.7 / 2.9; 7.6 / 9.1; 64 channels on 14 x 14 at 2 images 0.6
 / 0.65; 1.6 / 1.6."""
+
+BANDS_AT_BATCH_1 = 4
+"""A pass over one image on more than one thread runs in this many bands of output rows (whole
+tile rows each, so that every tile and its products are those of the whole image), which the
+threads share: a single image in one chunk kept the second thread idle (ResNet-50's res2 and
+res3 3 x 3 layers at batch 1, 19 ms of a 99 ms forward on two threads). On one thread the
+bands cost more than they save (the rows above and below each band transformed twice, and the
+calls): 64 channels on 56 x 56, one thread, 9% slower."""
+
+MIN_BAND_TILE_ROWS = 4
+"""Fewer bands where a band would have fewer tile rows than this (the per-call costs)."""
+
+WEIGHT_TRANSFORM_PARTS, MIN_PART_PAIRS = 4, 2048
+"""The weight transform splits its (out, in) pairs into this many parts over the threads (each
+pair is its own float64 chain: the same bits), none under MIN_PART_PAIRS pairs: it runs on
+every pass, and at batch 1 it was a fifth of ResNet-50's 128-channel 3 x 3 layers' time."""
 
 WIDE_MIN_OUTPUTS = 1536
 """The most positions OUTPUTS_PER_CHANNEL asks for (512 channels on 14 x 14 at 8 images,
@@ -216,7 +232,11 @@ class Winograd:
         k, c = w.shape[:2]
         shape = (self.alpha * self.alpha, g) + ((k // g, c) if flip else (c, k // g))
         u = aligned_empty(int(np.prod(shape))).reshape(shape)
-        _weight_tiles(np.ascontiguousarray(w), self.g, g, flip, u)
+        w = np.ascontiguousarray(w)
+        pairs = k * c
+        parts = max(1, min(WEIGHT_TRANSFORM_PARTS, pairs // MIN_PART_PAIRS))
+        run_chunks(lambda lo, hi: _weight_tiles(w, self.g, g, flip, u, lo, hi),
+                   [(pairs * i // parts, pairs * (i + 1) // parts) for i in range(parts)])
         return u
 
     # -- the pieces -------------------------------------------------------------------------------
@@ -267,9 +287,12 @@ class Winograd:
         count = n * tiles[0] * tiles[1]
         v = self._input_tiles(x, in_channels, in_hw, pad, tiles, 'wg_tiles')
         prod = scratch('wg_prod', a * a * count * out_channels).reshape(a * a, count, out_channels)
-        for xi in range(a * a):
-            for gi in range(g):
-                gemm(v[xi, :, gi * ci:(gi + 1) * ci], u[xi, gi], prod[xi, :, gi * co:(gi + 1) * co])
+
+        def positions(first, last):  # the same BLAS calls on any thread, so the same bits
+            for xi in range(first, last):
+                for gi in range(g):
+                    gemm(v[xi, :, gi * ci:(gi + 1) * ci], u[xi, gi], prod[xi, :, gi * co:(gi + 1) * co])
+        run_chunks(positions, [(xi, xi + 1) for xi in range(a * a)])  # here where the threads have chunks
         result = scratch('wg_out', n * 4 * tiles[0] * tiles[1] * out_channels)
         _tile_inverse(prod.reshape(-1), n, out_channels, self.out_kind, a, tiles[0], tiles[1],
                       scratch("wg_half", 2 * a * tiles[1] * out_channels), result)
@@ -280,27 +303,55 @@ class Winograd:
     def forward(self, x, w, bias, y, in_hw, out_hw, relu=False):
         """y (N, K, OH, OW) = conv(x (N, C, H, W), w) + bias (None: no bias term), through a
         ReLU (negative slope 0) with ``relu``."""
-        num, channels = x.shape[:2]
-        k = w.shape[0]
-        u = self.transform_weights(w)
-
-        def chunk(lo, hi):
-            self._convolve(x[lo:hi], u, channels, k, in_hw, self.pad, out_hw, y[lo:hi], bias, relu)
-        run_chunks(chunk, self._chunks(num, channels, k, out_hw))
+        num, channels, k = x.shape[0], x.shape[1], w.shape[0]
+        self._pass(x, self.transform_weights(w), in_hw, self.pad, out_hw, y, self._chunks(num, channels, k, out_hw),
+                   bias, relu)
 
     def backward_data(self, dy, w, dx, in_hw, out_hw, after=None):
         """dx (N, C, H, W) = the gradient of the convolution for the top diff dy; then
         ``after(lo, hi)``, if given, for each range of images while it is in cache."""
-        num, k = dy.shape[:2]
-        channels = dx.shape[1]
-        u = self.transform_weights(w, flip=True)
+        num, k, channels = dy.shape[0], dy.shape[1], dx.shape[1]
         pad = (self.r - 1 - self.pad[0], self.r - 1 - self.pad[1])
+        self._pass(dy, self.transform_weights(w, flip=True), out_hw, pad, in_hw, dx,
+                   self._chunks(num, channels, k, in_hw), after=after)
 
-        def chunk(lo, hi):
-            self._convolve(dy[lo:hi], u, k, channels, out_hw, pad, in_hw, dx[lo:hi])
-            if after is not None:
-                after(lo, hi)
-        run_chunks(chunk, self._chunks(num, channels, k, in_hw))
+    def _pass(self, x, u, in_hw, pad, out_hw, out, chunks, bias=None, relu=False, after=None):
+        """out = :meth:`_convolve` of x, the images in ``chunks`` over the threads; one image,
+        on more than one thread, where its products run in batched_gemm, in bands of output
+        rows (:meth:`_bands`: the same bits; OpenBLAS's products share the threads by position
+        in :meth:`_convolve`); then ``after(lo, hi)`` for each range of images written."""
+        num, in_channels = x.shape[:2]
+        out_channels = out.shape[1]
+        banded = num == 1 and num_threads() > 1 and self.fast_products(in_channels // self.group,
+                                                                      out_channels // self.group)
+        bands = self._bands(out_hw) if banded else [(0, out_hw[0])]
+        if len(bands) == 1:
+            def chunk(lo, hi):
+                self._convolve(x[lo:hi], u, in_channels, out_channels, in_hw, pad, out_hw, out[lo:hi], bias, relu)
+                if after is not None:
+                    after(lo, hi)
+            run_chunks(chunk, chunks)
+            return
+
+        def band(top, bottom):  # output rows, the top one even: the band's tiles are the image's
+            rows = scratch('wg_band', out_channels * (bottom - top) * out_hw[1]).reshape(
+                1, out_channels, bottom - top, out_hw[1])
+            self._convolve(x, u, in_channels, out_channels, in_hw, (pad[0] - top, pad[1]),
+                           (bottom - top, out_hw[1]), rows, bias, relu)
+            out[:, :, top:bottom] = rows
+        run_chunks(band, bands)
+        if after is not None:
+            after(0, 1)
+
+    def _bands(self, out_hw):
+        """One image's output rows in BANDS_AT_BATCH_1 bands of whole tile rows where it has
+        MIN_BAND_TILE_ROWS a band, else in fewer (a power of two), else one."""
+        tile_rows = self._tiles(out_hw)[0]
+        count = BANDS_AT_BATCH_1
+        while count > 1 and tile_rows < count * MIN_BAND_TILE_ROWS:
+            count //= 2
+        return [(2 * (tile_rows * i // count), min(out_hw[0], 2 * (tile_rows * (i + 1) // count)))
+                for i in range(count)]
 
     def weight_gradient(self, x, dy, in_hw, out_hw):
         """The weight gradient (K, C/g, r, r), float32, summed over the images in chunk order

@@ -78,6 +78,8 @@ def _direct_gradients(x, w, dy, pad, group):
 GEOMETRIES = [  # (N, C, H, W, K, r, pad, group): odd and even sizes, unequal pads, groups
     (3, 16, 7, 9, 16, 5, (2, 1), 1), (2, 32, 8, 8, 32, 3, (1, 1), 2), (2, 16, 5, 6, 32, 3, (0, 2), 1),
     (5, 32, 16, 16, 32, 5, (2, 2), 1), (2, 16, 9, 9, 16, 5, (4, 0), 1), (1, 48, 13, 13, 64, 3, (1, 1), 1)]
+BANDED = [  # one image: 2 bands of output rows; 4, the last one odd; products in BLAS, by position
+    (1, 16, 20, 12, 16, 3, (1, 1), 1), (1, 16, 33, 9, 24, 5, (2, 1), 1), (1, 128, 16, 6, 96, 3, (1, 1), 1)]
 
 
 def _case(geometry):
@@ -100,7 +102,7 @@ def _run(geometry):
     return y, dx, plan.weight_gradient(x, dy, in_hw, out_hw)
 
 
-@pytest.mark.parametrize('geometry', GEOMETRIES)
+@pytest.mark.parametrize('geometry', GEOMETRIES + BANDED)
 def test_results_match_a_float64_convolution(geometry):
     plan, x, w, dy, in_hw, out_hw = _case(geometry)
     y, dx, dw = _run(geometry)
@@ -112,16 +114,43 @@ def test_results_match_a_float64_convolution(geometry):
         assert np.abs(ours - ref).max() <= (5e-7 if plan.r == 3 else 5e-6) * np.abs(ref).max()
 
 
-def test_the_bits_do_not_depend_on_the_thread_count(restore_threads):
+@pytest.mark.parametrize('geometry', [GEOMETRIES[3]] + BANDED)
+def test_the_bits_do_not_depend_on_the_thread_count(restore_threads, geometry):
     results = []
     for threads in (1, 2):
         intra_op.set_num_threads(threads)
-        results.append(_run(GEOMETRIES[3]))
+        results.append(_run(geometry))
     for one, two in zip(*results):
         assert np.array_equal(one, two)
 
 
-@pytest.mark.parametrize('geometry', GEOMETRIES + [(2, 128, 6, 6, 96, 3, (1, 1), 1)])  # the last: BLAS products
+@pytest.mark.parametrize('geometry', BANDED[:2])
+def test_bands_of_one_image_give_the_whole_images_bits(monkeypatch, restore_threads, geometry):
+    """On two threads one image's passes run in bands of whole tile rows where the products
+    run in batched_gemm: every tile's bits are those of the whole image at once."""
+    intra_op.set_num_threads(2)
+    plan, _, _, _, _, out_hw = _case(geometry)
+    bands = plan._bands(out_hw)
+    assert len(bands) > 1 and bands[0][0] == 0 and bands[-1][1] == out_hw[0]
+    assert all(top % 2 == 0 and top == above_bottom for (top, _), (_, above_bottom) in zip(bands[1:], bands[:-1]))
+    split = []
+    monkeypatch.setattr(Winograd, '_bands', lambda self, hw, bands=Winograd._bands: split.append(hw) or bands(self, hw))
+    banded = _run(geometry)
+    assert len(split) == 2  # the forward and the bottom diff
+    monkeypatch.setattr(sys.modules[Winograd.__module__], 'BANDS_AT_BATCH_1', 1)
+    for ours, whole in zip(banded, _run(geometry)):
+        assert ours.tobytes() == whole.tobytes()
+
+
+def test_the_backward_of_one_image_in_bands_calls_after_once(restore_threads):
+    intra_op.set_num_threads(2)
+    plan, x, w, dy, in_hw, out_hw = _case(BANDED[0])
+    calls, dx = [], np.empty_like(x)
+    plan.backward_data(dy, w, dx, in_hw, out_hw, after=lambda lo, hi: calls.append((lo, hi, dx.copy())))
+    assert len(calls) == 1 and calls[0][:2] == (0, 1) and np.array_equal(calls[0][2], dx)
+
+
+@pytest.mark.parametrize('geometry', GEOMETRIES + BANDED + [(2, 128, 6, 6, 96, 3, (1, 1), 1)])  # the last: BLAS products
 def test_the_numpy_references_give_the_kernels_bits(monkeypatch, geometry):
     """What a pass runs while its kernels compile in the background (every kernel's NumPy
     reference, and batched_gemm's reference)."""
