@@ -362,6 +362,9 @@ class ConvolutionLayer(BaseConvolutionLayer):
         for b, t in zip(bottom, top):
             x = b.data.reshape((self.num, self.channels) + self.in_hw)
             y = t.data.reshape(self.num, self.num_output, -1)
+            if self.num == 1 and len(bands) > 1:
+                self._bands_forward(w, x, y, bias, bands)
+                continue
 
             def chunk(lo, hi):
                 padded = self._padded(x[lo:hi])
@@ -378,6 +381,23 @@ class ConvolutionLayer(BaseConvolutionLayer):
                         out += bias.reshape(-1, 1) if hi - lo == 1 else bias.reshape(1, -1, 1)
                 self.relu_on_top_of(y[lo:hi])
             run_chunks(chunk, chunks)
+
+    def _bands_forward(self, w, x, y, bias, bands):
+        """The im2col forward of one image x (1, C, H, W) into y (1, O, P) whose output rows
+        are lowered in ``bands``: the bands over the threads, each lowered and multiplied in one
+        BLAS call on its own thread (the same calls on any thread count: the same bits), where
+        splitting each band's product over the threads left its lowering, bias and ReLU on
+        one (ResNet-50's conv1 at batch 1, 4.6 ms on one thread and on two)."""
+        out_w = self.out_hw[1]
+        padded = self._padded(x)
+
+        def band(r0, r1):
+            out = y[0, :, r0 * out_w:r1 * out_w]
+            self._gemm(w, self._im2col(x, (r0, r1), padded), out)
+            if self.bias_term:
+                out += bias.reshape(-1, 1)
+        run_chunks(band, bands)
+        self.relu_on_top_of(y)
 
     def _direct_forward(self, bottom, top):
         weights = self.blobs[0].data.reshape(-1)

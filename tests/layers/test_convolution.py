@@ -74,6 +74,30 @@ def test_im2col_in_bands_of_output_rows_matches_a_float64_convolution(geometry, 
         assert np.abs(ours - ref).max() <= 1e-5 * np.abs(ref).max()
 
 
+@pytest.mark.parametrize('geometry', [GEOMETRIES[2], (1,) + GEOMETRIES[1][1:]])
+def test_one_images_bands_give_the_same_bits_on_any_thread_count(geometry, monkeypatch, restore_threads):
+    """At batch 1 the bands go over the threads, each lowered and multiplied on one."""
+    n, c, h, w, k, r, s, p, d, group = geometry
+    monkeypatch.setattr(convolution, 'BAND_COLUMNS', 64)
+    monkeypatch.setattr(convolution, 'BAND_MIN_COLUMNS', 8)
+    tops = []
+    for threads in (1, 2):
+        intra_op.set_num_threads(threads)
+        layer, bottom, top = make_layer(
+            'type: "Convolution" convolution_param { num_output: %d kernel_size: %d stride: %d pad: %d '
+            'dilation: %d group: %d engine: CAFFE }' % (k, r, s, p, d, group), 1)
+        rng = np.random.default_rng(sum(geometry))
+        bottom[0].reshape((n, c, h, w))
+        bottom[0].data[...] = rng.standard_normal(bottom[0].shape)
+        layer.setup(bottom, top)
+        assert len(layer._bands()) > 1
+        layer.blobs[0].data[...] = rng.standard_normal(layer.blobs[0].shape)
+        layer.blobs[1].data[...] = rng.standard_normal(k)
+        layer.run_forward(bottom, top)
+        tops.append(top[0].data.tobytes())
+    assert tops[0] == tops[1]
+
+
 @pytest.mark.skipif(not convolution.WIDE, reason='batched_gemm runs im2col products only on AVX-512')
 @pytest.mark.parametrize('channels, size, outputs, kernel, pad', [(20, 12, 50, 5, 0), (12, 8, 16, 3, 1)])
 def test_small_products_run_one_kernel_a_chunk_with_the_same_bits_on_any_thread_count(
