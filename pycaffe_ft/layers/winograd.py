@@ -81,10 +81,11 @@ calls): 64 channels on 56 x 56, one thread, 9% slower."""
 MIN_BAND_TILE_ROWS = 4
 """Fewer bands where a band would have fewer tile rows than this (the per-call costs)."""
 
-WEIGHT_TRANSFORM_PARTS, MIN_PART_PAIRS = 4, 2048
+WEIGHT_TRANSFORM_PARTS, MIN_PART_PAIRS = 4, 8192
 """The weight transform splits its (out, in) pairs into this many parts over the threads (each
 pair is its own float64 chain: the same bits), none under MIN_PART_PAIRS pairs: it runs on
-every pass, and at batch 1 it was a fifth of ResNet-50's 128-channel 3 x 3 layers' time."""
+every pass, and at batch 1 it was a fifth of ResNet-50's 128-channel 3 x 3 layers' time (128 x
+128 pairs, two threads: 0.45 -> 0.29 ms; 64 x 64 in two parts took longer than in one)."""
 
 WIDE_MIN_OUTPUTS = 1536
 """The most positions OUTPUTS_PER_CHANNEL asks for (512 channels on 14 x 14 at 8 images,
