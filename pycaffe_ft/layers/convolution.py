@@ -385,9 +385,10 @@ class ConvolutionLayer(BaseConvolutionLayer):
     def _bands_forward(self, w, x, y, bias, bands):
         """The im2col forward of one image x (1, C, H, W) into y (1, O, P) whose output rows
         are lowered in ``bands``: the bands over the threads, each lowered and multiplied in one
-        BLAS call on its own thread (the same calls on any thread count: the same bits), where
-        splitting each band's product over the threads left its lowering, bias and ReLU on
-        one (ResNet-50's conv1 at batch 1, 4.6 ms on one thread and on two)."""
+        BLAS call on its own thread (the same calls on any thread count: the same bits, those
+        one thread gave before), where splitting each band's product into column blocks over
+        the threads left its lowering, bias and ReLU on one and gave other bits (ResNet-50's
+        conv1 at batch 1, 4.6 ms on one thread and on two)."""
         out_w = self.out_hw[1]
         padded = self._padded(x)
 

@@ -293,7 +293,8 @@ class Winograd:
             for xi in range(first, last):
                 for gi in range(g):
                     gemm(v[xi, :, gi * ci:(gi + 1) * ci], u[xi, gi], prod[xi, :, gi * co:(gi + 1) * co])
-        run_chunks(positions, [(xi, xi + 1) for xi in range(a * a)])  # here where the threads have chunks
+        # over the threads for one image; in order here where they already share image chunks
+        run_chunks(positions, [(xi, xi + 1) for xi in range(a * a)])
         result = scratch('wg_out', n * 4 * tiles[0] * tiles[1] * out_channels)
         _tile_inverse(prod.reshape(-1), n, out_channels, self.out_kind, a, tiles[0], tiles[1],
                       scratch("wg_half", 2 * a * tiles[1] * out_channels), result)
