@@ -46,14 +46,12 @@ GEOMETRIES = [  # (N, C, H, W, K, kernel, stride, pad, dilation, group)
     (3, 2, 13, 9, 4, 3, 2, 1, 1, 1)]
 
 
-@pytest.mark.parametrize('geometry', GEOMETRIES)
-@pytest.mark.parametrize('threads', [1, 2])
-def test_im2col_in_bands_of_output_rows_matches_a_float64_convolution(geometry, threads, monkeypatch,
-                                                                      restore_threads):
+def _banded_layer(geometry, monkeypatch):
+    """(layer, bottom, top, rng): a set-up im2col Convolution of this geometry whose image is
+    lowered in bands (BAND_COLUMNS made small), input, weights and bias drawn from rng."""
     n, c, h, w, k, r, s, p, d, group = geometry
     monkeypatch.setattr(convolution, 'BAND_COLUMNS', 64)
     monkeypatch.setattr(convolution, 'BAND_MIN_COLUMNS', 8)
-    intra_op.set_num_threads(threads)
     layer, bottom, top = make_layer(
         'type: "Convolution" convolution_param { num_output: %d kernel_size: %d stride: %d pad: %d dilation: %d '
         'group: %d engine: CAFFE }' % (k, r, s, p, d, group), 1)
@@ -64,6 +62,16 @@ def test_im2col_in_bands_of_output_rows_matches_a_float64_convolution(geometry, 
     assert len(layer._bands()) > 1
     layer.blobs[0].data[...] = rng.standard_normal(layer.blobs[0].shape) / np.sqrt(c // group * r * r)
     layer.blobs[1].data[...] = rng.standard_normal(k)
+    return layer, bottom, top, rng
+
+
+@pytest.mark.parametrize('geometry', GEOMETRIES)
+@pytest.mark.parametrize('threads', [1, 2])
+def test_im2col_in_bands_of_output_rows_matches_a_float64_convolution(geometry, threads, monkeypatch,
+                                                                      restore_threads):
+    n, c, h, w, k, r, s, p, d, group = geometry
+    intra_op.set_num_threads(threads)
+    layer, bottom, top, rng = _banded_layer(geometry, monkeypatch)
     top[0].diff[...] = rng.standard_normal(top[0].shape)
     layer.run_forward(bottom, top)
     layer.backward(top, [True], bottom)
@@ -77,22 +85,10 @@ def test_im2col_in_bands_of_output_rows_matches_a_float64_convolution(geometry, 
 @pytest.mark.parametrize('geometry', [GEOMETRIES[2], (1,) + GEOMETRIES[1][1:]])
 def test_one_images_bands_give_the_same_bits_on_any_thread_count(geometry, monkeypatch, restore_threads):
     """At batch 1 the bands go over the threads, each lowered and multiplied on one."""
-    n, c, h, w, k, r, s, p, d, group = geometry
-    monkeypatch.setattr(convolution, 'BAND_COLUMNS', 64)
-    monkeypatch.setattr(convolution, 'BAND_MIN_COLUMNS', 8)
     tops = []
     for threads in (1, 2):
         intra_op.set_num_threads(threads)
-        layer, bottom, top = make_layer(
-            'type: "Convolution" convolution_param { num_output: %d kernel_size: %d stride: %d pad: %d '
-            'dilation: %d group: %d engine: CAFFE }' % (k, r, s, p, d, group), 1)
-        rng = np.random.default_rng(sum(geometry))
-        bottom[0].reshape((n, c, h, w))
-        bottom[0].data[...] = rng.standard_normal(bottom[0].shape)
-        layer.setup(bottom, top)
-        assert len(layer._bands()) > 1
-        layer.blobs[0].data[...] = rng.standard_normal(layer.blobs[0].shape)
-        layer.blobs[1].data[...] = rng.standard_normal(k)
+        layer, bottom, top, _ = _banded_layer(geometry, monkeypatch)
         layer.run_forward(bottom, top)
         tops.append(top[0].data.tobytes())
     assert tops[0] == tops[1]
