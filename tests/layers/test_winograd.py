@@ -142,6 +142,16 @@ def test_bands_of_one_image_give_the_whole_images_bits(monkeypatch, restore_thre
         assert ours.tobytes() == whole.tobytes()
 
 
+@pytest.mark.parametrize('flip', [False, True])
+def test_the_weight_transform_in_parts_over_the_threads_gives_the_whole_ones_bits(monkeypatch, restore_threads,
+                                                                                   flip):
+    plan, _, w, _, _, _ = _case(GEOMETRIES[1])  # two groups
+    whole = plan.transform_weights(w, flip)
+    intra_op.set_num_threads(2)
+    monkeypatch.setattr(sys.modules[Winograd.__module__], 'MIN_PART_PAIRS', 7)
+    assert plan.transform_weights(w, flip).tobytes() == whole.tobytes()
+
+
 def test_the_backward_of_one_image_in_bands_calls_after_once(restore_threads):
     intra_op.set_num_threads(2)
     plan, x, w, dy, in_hw, out_hw = _case(BANDED[0])
