@@ -354,10 +354,10 @@ class ConvolutionLayer(BaseConvolutionLayer):
                                       self.in_hw, self.out_hw, self.relu_on_top)
             return
         w = self.blobs[0].data.reshape(self.num_output, -1)
-        out_w = self.out_hw[1]
         bands = self._bands()
         chunks = self._chunks() if len(bands) == 1 else self._one_image_each()
-        # fewer chunks than threads (deploy at batch 1): the threads split each GEMM instead
+        # fewer chunks than threads (deploy at batch 1, one image not in bands: those go to
+        # _bands_forward): the threads split each GEMM instead
         multiply = matmul if len(chunks) < num_threads() else gemm
         for b, t in zip(bottom, top):
             x = b.data.reshape((self.num, self.channels) + self.in_hw)
@@ -368,19 +368,27 @@ class ConvolutionLayer(BaseConvolutionLayer):
 
             def chunk(lo, hi):
                 padded = self._padded(x[lo:hi])
-                for r0, r1 in bands:
-                    col = self._im2col(x[lo:hi], (r0, r1), padded)
-                    if hi - lo == 1:  # one image's rows: the GEMM writes them in place
-                        out = y[lo, :, r0 * out_w:r1 * out_w]
-                        self._gemm(w, col, out, multiply=multiply)
-                    else:
-                        out = scratch('conv_out', self.num_output * col.shape[1]).reshape(self.num_output, -1)
-                        from_channel_major(self._gemm(w, col, out, multiply=multiply), y[lo:hi])
-                        out = y[lo:hi]
+                for rows in bands:
+                    if hi - lo == 1:
+                        self._image_band(w, x[lo:hi], y[lo], rows, padded, bias, multiply)
+                        continue
+                    col = self._im2col(x[lo:hi], rows, padded)
+                    out = scratch('conv_out', self.num_output * col.shape[1]).reshape(self.num_output, -1)
+                    from_channel_major(self._gemm(w, col, out, multiply=multiply), y[lo:hi])
                     if self.bias_term:
-                        out += bias.reshape(-1, 1) if hi - lo == 1 else bias.reshape(1, -1, 1)
+                        y[lo:hi] += bias.reshape(1, -1, 1)
                 self.relu_on_top_of(y[lo:hi])
             run_chunks(chunk, chunks)
+
+    def _image_band(self, w, x, y, rows, padded, bias, multiply=gemm):
+        """Output rows ``rows`` (r0, r1) of one image x (1, C, H, W) into its top y (O, P), the
+        GEMM writing them in place: lowered (``padded``: what :meth:`_padded` made of x),
+        multiplied by ``multiply``, plus the bias."""
+        out_w = self.out_hw[1]
+        out = y[:, rows[0] * out_w:rows[1] * out_w]
+        self._gemm(w, self._im2col(x, rows, padded), out, multiply=multiply)
+        if self.bias_term:
+            out += bias.reshape(-1, 1)
 
     def _bands_forward(self, w, x, y, bias, bands):
         """The im2col forward of one image x (1, C, H, W) into y (1, O, P) whose output rows
@@ -389,15 +397,8 @@ class ConvolutionLayer(BaseConvolutionLayer):
         one thread gave before), where splitting each band's product into column blocks over
         the threads left its lowering, bias and ReLU on one and gave other bits (ResNet-50's
         conv1 at batch 1, 4.6 ms on one thread and on two)."""
-        out_w = self.out_hw[1]
         padded = self._padded(x)
-
-        def band(r0, r1):
-            out = y[0, :, r0 * out_w:r1 * out_w]
-            self._gemm(w, self._im2col(x, (r0, r1), padded), out)
-            if self.bias_term:
-                out += bias.reshape(-1, 1)
-        run_chunks(band, bands)
+        run_chunks(lambda r0, r1: self._image_band(w, x, y[0], (r0, r1), padded, bias), bands)
         self.relu_on_top_of(y)
 
     def _direct_forward(self, bottom, top):
