@@ -20,7 +20,9 @@ needs a kernel not compiled before) follows three rules here:
   kernels call it (their cache holds its code; ``_to_lanes`` goes without one).
 - A vector kernel that still takes a second or more has a reference beside it (a plain loop
   with the same bits, ``direct_conv.forward_reference``; or NumPy, :mod:`.numpy_references`:
-  the pooling's, the Winograd convolution's, im2col's, the LRN's),
+  the pooling's, the Winograd convolution's, im2col's, the LRN's), and so do the small kernels
+  every training step runs whose bits NumPy can give (the ReLU, the softmax loss's backward, the
+  solvers' updates: 0.15-0.6 s of compiling each),
   and its caller asks :func:`.tiered.ready` which to run: on a process's first pass from an
   empty cache the reference runs while a worker process compiles the fast kernel into the cache
   (LeNet's deploy forward + backward: 4.5 -> 1.0-1.3 s on a Zen 5 core).

@@ -2,8 +2,11 @@
 with nothing to compile. A first pass runs them while a worker compiles the kernels
 (:mod:`.tiered`): CIFAR10-quick's Winograd kernels took 7-12 s to compile in place before its
 first training step, AlexNet's 6-7 s. The pooling's, the padding's and im2col's stand in for
-Numba references or kernels of 0.2-0.5 s of compiling each: a first pass compiles little
-besides what has no reference here (what runs fused multiply-adds, which NumPy has not).
+Numba references or kernels of 0.2-0.5 s of compiling each, and so do the ReLU's, the softmax
+loss's backward and the solvers' updates (0.15-0.6 s each on a Zen 3 core: together 1.2 s of
+LeNet's first training step from an empty cache): a first pass compiles little besides what
+has no reference here (what runs fused multiply-adds, which NumPy has not, and exp and log,
+which NumPy computes with other roundings than the C library's that Numba calls).
 
 Each value is computed by the same float32 (or float64) operations in the same order as in its
 kernel, one NumPy operation over many values at a time (NumPy rounds every operation, as the
@@ -19,11 +22,13 @@ from numpy.lib.stride_tricks import as_strided
 
 from . import winograd
 from .small_gemm import run_batched_gemm
+from .solver_update import L1, L2
 
 __all__ = ['to_channels_last', 'from_channels_last', 'tile_transform', 'tile_inverse', 'convolve_images',
            'weight_products', 'weight_tiles', 'weight_gradient_from_tiles', 'max_pool_caffe', 'ave_pool_caffe',
            'max_pool_backward', 'ave_pool_backward', 'pad_planes', 'columns', 'lrn_across_forward',
-           'lrn_across_backward']
+           'lrn_across_backward', 'relu_forward', 'relu_backward', 'softmax_loss_backward', 'sgd', 'nesterov',
+           'adagrad', 'rmsprop', 'adadelta', 'adam']
 
 _F32 = np.float32
 
@@ -367,3 +372,112 @@ def lrn_across_backward(xs, ys, sc, gs, n_img, channels, plane, size, beta, rati
         if tail >= 0:
             total += -shares[:, tail]
     out[:dx.size] = dx.reshape(-1)
+
+
+def relu_forward(x, y):
+    """:func:`.relu.relu_forward_kernel`: x where x > 0 or x is a NaN, else +0."""
+    y[...] = np.where(x <= 0, _F32(0.0), x)
+
+
+@_quietly
+def relu_backward(x, dy, dx):
+    """:func:`.relu.relu_backward_kernel`: dy times 1 where x > 0, else times 0."""
+    dx[...] = dy * (x > 0).astype(_F32)
+
+
+def softmax_loss_backward(prob, label, has_ignore, ignore_label, scale, dx):
+    """:func:`.softmax.softmax_loss_backward_kernel`: prob * scale (in float64, stored as
+    float32), less scale at each position's label; 0 at positions with the ignored label."""
+    labels = label.astype(np.int64)
+    dx[...] = (prob.astype(np.float64) * scale).astype(_F32)
+    counted = labels != ignore_label if has_ignore else np.ones(labels.shape, bool)
+    outer, inner = np.nonzero(counted)
+    at = (outer, labels[outer, inner], inner)
+    dx[at] = (dx[at].astype(np.float64) - scale).astype(_F32)
+    dx.transpose(0, 2, 1)[~counted] = 0.0
+
+
+# The solvers' updates (:mod:`.solver_update`): the same float32 operations per element, a
+# parameter blob's part of [lo, hi) at a time.
+
+def _segments(lo, hi, bounds, rates):
+    """(blob index, its part of [lo, hi) as a slice) for each blob the range reaches."""
+    for s in range(rates.size):
+        a, b = max(bounds[s], lo), min(bounds[s + 1], hi)
+        if a < b:
+            yield s, slice(a, b)
+
+
+def _gradient(g, w, iter_scale, decay, regularization):
+    """:func:`.solver_update._gradient` on arrays."""
+    if iter_scale != 1:
+        g = g * iter_scale
+    if regularization == L2:
+        g = g + decay * w
+    elif regularization == L1:
+        g = g + decay * np.sign(w)
+    return g
+
+
+def _step(w, g, part, update):
+    """The update left in the gradient buffer (as Caffe leaves it in the diff) and subtracted
+    from the weights."""
+    g[part] = update
+    w[part] = w[part] - update
+
+
+def sgd(w, g, h, lo, hi, bounds, rates, decays, iter_scale, regularization, momentum):
+    for s, part in _segments(lo, hi, bounds, rates):
+        v = h[part] * momentum + rates[s] * _gradient(g[part], w[part], iter_scale, decays[s], regularization)
+        h[part] = v
+        _step(w, g, part, v)
+
+
+def nesterov(w, g, h, lo, hi, bounds, rates, decays, iter_scale, regularization, momentum, one_plus_momentum):
+    for s, part in _segments(lo, hi, bounds, rates):
+        previous = h[part].copy()
+        v = previous * momentum + rates[s] * _gradient(g[part], w[part], iter_scale, decays[s], regularization)
+        h[part] = v
+        _step(w, g, part, one_plus_momentum * v - momentum * previous)
+
+
+@_quietly
+def adagrad(w, g, h, lo, hi, bounds, rates, decays, iter_scale, regularization, delta):
+    for s, part in _segments(lo, hi, bounds, rates):
+        gi = _gradient(g[part], w[part], iter_scale, decays[s], regularization)
+        v = h[part] + gi * gi
+        h[part] = v
+        _step(w, g, part, rates[s] * (gi / (np.sqrt(v) + delta)))
+
+
+@_quietly
+def rmsprop(w, g, h, lo, hi, bounds, rates, decays, iter_scale, regularization, rms_decay, one_minus_decay, delta):
+    for s, part in _segments(lo, hi, bounds, rates):
+        gi = _gradient(g[part], w[part], iter_scale, decays[s], regularization)
+        v = h[part] * rms_decay + one_minus_decay * (gi * gi)
+        h[part] = v
+        _step(w, g, part, rates[s] * (gi / (np.sqrt(v) + delta)))
+
+
+@_quietly
+def adadelta(w, g, h, h_update, lo, hi, bounds, rates, decays, iter_scale, regularization, momentum,
+             one_minus_momentum, delta):
+    for s, part in _segments(lo, hi, bounds, rates):
+        gi = _gradient(g[part], w[part], iter_scale, decays[s], regularization)
+        v = h[part] * momentum + one_minus_momentum * (gi * gi)
+        h[part] = v
+        u = gi * np.sqrt((h_update[part] + delta) / (v + delta))
+        h_update[part] = h_update[part] * momentum + one_minus_momentum * (u * u)
+        _step(w, g, part, rates[s] * u)
+
+
+@_quietly
+def adam(w, g, m, v, lo, hi, bounds, rates, decays, iter_scale, regularization, beta1, one_minus_beta1, beta2,
+         one_minus_beta2, correction, delta):
+    for s, part in _segments(lo, hi, bounds, rates):
+        gi = _gradient(g[part], w[part], iter_scale, decays[s], regularization)
+        mk = m[part] * beta1 + one_minus_beta1 * gi
+        vk = v[part] * beta2 + one_minus_beta2 * (gi * gi)
+        m[part] = mk
+        v[part] = vk
+        _step(w, g, part, (rates[s] * correction) * (mk / (np.sqrt(vk) + delta)))

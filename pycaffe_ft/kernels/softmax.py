@@ -5,6 +5,9 @@ Arrays are viewed as (outer, channels, inner): the softmax runs over ``channels`
 import numpy as np
 from numba import njit
 
+from . import numpy_references
+from .tiered import call
+
 FLT_MIN = np.float32(1.17549435e-38)
 
 
@@ -62,8 +65,16 @@ def softmax_loss_forward(prob, label, has_ignore, ignore_label):
     return loss, count, -1
 
 
-@njit(cache=True)
 def softmax_loss_backward(prob, label, has_ignore, ignore_label, scale, dx):
+    """dx = the softmax loss's gradient, ``scale`` (the top's diff over the normaliser) times
+    (prob - one-hot label), 0 at ignored positions: :func:`softmax_loss_backward_kernel`, or
+    its NumPy reference while the kernel compiles (:mod:`.tiered`)."""
+    call(softmax_loss_backward_kernel, numpy_references.softmax_loss_backward, prob, label, has_ignore, ignore_label,
+         scale, dx)
+
+
+@njit(cache=True)
+def softmax_loss_backward_kernel(prob, label, has_ignore, ignore_label, scale, dx):
     outer, channels, inner = prob.shape
     for o in range(outer):
         for i in range(inner):

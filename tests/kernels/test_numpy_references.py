@@ -7,7 +7,7 @@ import pytest
 
 pytestmark = pytest.mark.filterwarnings('error::RuntimeWarning')  # as the kernels, NumPy's references warn of nothing
 
-from pycaffe_ft.kernels import im2col, lrn, numpy_references as references, pooling, winograd as kernels
+from pycaffe_ft.kernels import im2col, lrn, numpy_references as references, pooling, softmax, winograd as kernels
 
 KINDS = [(kernels.INPUT_6, 6), (kernels.INPUT_4, 4), (kernels.DIFF_6, 6), (kernels.DIFF_4, 4)]
 
@@ -225,4 +225,18 @@ def test_lrn_across_channels(beta, size, channels, k):
     ours, theirs = _both(lrn._lrn_across_backward, references.lrn_across_backward, [count],
                          lambda dx: (x, y, scale, dy, n, channels, plane, size, beta, ratio_value, dx,
                                      np.empty(channels * plane, np.float32), np.empty(plane, np.float32)))
+    assert ours == theirs
+
+
+@pytest.mark.parametrize('has_ignore', [False, True])
+def test_softmax_loss_backward(has_ignore):
+    """Scaled in float64 and stored as float32, the label's term taken off the same way, the
+    ignored positions' channels zeroed (labels 2 where ``has_ignore``)."""
+    rng = np.random.default_rng(3)
+    outer, channels, inner = 4, 5, 6
+    prob = _values(rng, outer * channels * inner).reshape(outer, channels, inner)
+    label = rng.integers(0, channels, (outer, inner)).astype(np.float32)
+    label[1, ::2] = 2.0
+    ours, theirs = _both(softmax.softmax_loss_backward_kernel, references.softmax_loss_backward, [prob.size],
+                         lambda out: (prob, label, has_ignore, 2, 1.0 / 7.3, out.reshape(prob.shape)))
     assert ours == theirs

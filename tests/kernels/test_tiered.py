@@ -202,11 +202,11 @@ from pycaffe_ft.kernels import relu, small_gemm, tiered
 f = np.zeros(64, np.float32)
 first, gemm_args = small_gemm.batched_gemm_reference, (f, 0, 0, 4, 1, f, 0, 0, 4, f, 0, 0, 4, 1, 4, 4, 4)
 tiered.ahead(first, gemm_args)  # the worker starts, then compiles this for a second or more
-tiered.ahead(relu.relu_backward, (f, f, f))
-later = tiered._ahead[relu.relu_backward][0]
+tiered.ahead(relu.relu_backward_kernel, (f, f, f))
+later = tiered._ahead[relu.relu_backward_kernel][0]
 tiered.await_ahead(first)  # meanwhile this process compiles the later one
-taken = later.taken and relu.relu_backward in tiered._ready
-here = sum(relu.relu_backward.stats.cache_misses.values())
+taken = later.taken and relu.relu_backward_kernel in tiered._ready
+here = sum(relu.relu_backward_kernel.stats.cache_misses.values())
 assert tiered.ready(first, gemm_args)
 print(json.dumps({'taken': taken, 'here': here, 'first': [sum(first.stats.cache_misses.values()),
                                                           sum(first.stats.cache_hits.values())]}))

@@ -1,10 +1,12 @@
-"""The fused update kernels against Caffe's formulas written as separate NumPy float32 passes
-(SGDSolver::Normalize, Regularize, ComputeUpdateValue, Update), for every solver type, with
-iter_size normalisation, L2 and L1 decay and per-blob lr/decay multipliers."""
+"""The fused update kernels, and the NumPy references a first step runs while they compile,
+against Caffe's formulas written as separate NumPy float32 passes (SGDSolver::Normalize,
+Regularize, ComputeUpdateValue, Update), for every solver type, with iter_size normalisation,
+L2 and L1 decay and per-blob lr/decay multipliers."""
 import numpy as np
 import pytest
 
 from pycaffe_ft.kernels import solver_update as K
+from pycaffe_ft.solvers import rules
 from pycaffe_ft.solvers.rules import RULES
 from pycaffe_ft.proto import caffe_pb2
 
@@ -62,9 +64,18 @@ def reference(kind, p, w, g, history, rate, decay, iter_size, regularization, it
     return w - update, update
 
 
+@pytest.fixture(params=['kernel', 'reference'])
+def way(request, monkeypatch):
+    """Each rule through its kernel, or through its NumPy reference (as while the kernel
+    compiles in the background)."""
+    if request.param == 'reference':
+        monkeypatch.setattr(rules, 'call', lambda kernel, reference, *args: reference(*args))
+    return request.param
+
+
 @pytest.mark.parametrize('kind', ['SGD', 'Nesterov', 'AdaGrad', 'RMSProp', 'AdaDelta', 'Adam'])
 @pytest.mark.parametrize('regularization, iter_size', [('L2', 1), ('L1', 3), (None, 2)])
-def test_fused_update_is_caffes_passes_bit_for_bit(kind, regularization, iter_size):
+def test_fused_update_is_caffes_passes_bit_for_bit(kind, regularization, iter_size, way):
     rng = np.random.default_rng(7)
     p = caffe_pb2.SolverParameter(momentum=0.9 if kind not in ('AdaDelta',) else 0.95, momentum2=0.999,
                                   rms_decay=0.98, delta=1e-8 if kind != 'AdaDelta' else 1e-6)
@@ -92,7 +103,7 @@ def test_fused_update_is_caffes_passes_bit_for_bit(kind, regularization, iter_si
 
 
 @pytest.mark.parametrize('kind', ['AdaGrad', 'RMSProp', 'AdaDelta', 'Adam'])
-def test_a_zero_denominator_gives_caffes_nan_not_an_error(kind):
+def test_a_zero_denominator_gives_caffes_nan_not_an_error(kind, way):
     """delta 0 with a zero gradient and history: 0 / 0 is NaN in Caffe's arithmetic, and here."""
     p = caffe_pb2.SolverParameter(momentum=0.9, momentum2=0.999, rms_decay=0.98, delta=0.0)
     rule = RULES.get(kind, KeyError, '')(p)
