@@ -373,7 +373,24 @@ def weight_gradient_reference(x, num, channels, height_p, width_p, dy, outputs, 
     (:mod:`.tiered`; compiles in a fraction of its time)."""
     reference = _wide_reference if _wide_gradient(wide, width_p, kw, outputs) else _narrow_reference
     await_ahead(reference)
-    reference(x, num, channels, height_p, width_p, dy, outputs, kh, kw, dw, db)
+    reference(x, num, channels, height_p, width_p, dy, outputs, kh, kw, dw)
+    if db.size:
+        out_plane = (height_p - kh + 1) * (width_p - kw + 1)
+        db[:] = _bias_gradient_reference(dy[:num * outputs * out_plane].reshape(num, outputs, out_plane))
+
+
+def _bias_gradient_reference(dy):
+    """The blocked kernel's bias gradient of dy (num, outputs, positions), in NumPy: each
+    output's values summed in eight lanes from +0 (value i of an image into lane i % 8, the
+    images in turn; :func:`_add_lane_sums`), then the lanes pairwise (:func:`_sum_lanes`). A
+    cumulative sum is sequential: each lane's sum is the kernel's chain. (Numba took 1 s to
+    compile these loops, half the reference's compile, which the first backward waits for.)"""
+    num, outputs, positions = dy.shape
+    rows = -(-positions // 8)
+    lanes = np.zeros((outputs, 1 + num * rows, 8), np.float32)  # a first row of +0: the sums' start
+    lanes[:, 1:].reshape(outputs, num, rows * 8)[:, :, :positions] = dy.transpose(1, 0, 2)
+    v = np.cumsum(lanes, axis=1)[:, -1]
+    return ((v[:, 0] + v[:, 1]) + (v[:, 2] + v[:, 3])) + ((v[:, 4] + v[:, 5]) + (v[:, 6] + v[:, 7]))
 
 
 def weight_gradient_reference_ahead(width_p, kw, outputs, wide=WIDE):
@@ -381,7 +398,7 @@ def weight_gradient_reference_ahead(width_p, kw, outputs, wide=WIDE):
     (the call's types: flat float32 arrays and integers)."""
     flat = np.empty(0, np.float32)
     return [(_wide_reference if _wide_gradient(wide, width_p, kw, outputs) else _narrow_reference,
-             (flat, 0, 0, 0, 0, flat, 0, 0, 0, flat, flat))]
+             (flat, 0, 0, 0, 0, flat, 0, 0, 0, flat))]
 
 
 def _wide_gradient(wide, width_p, kw, outputs):
@@ -403,21 +420,21 @@ def _weight_gradient_wide(x, num, channels, height_p, width_p, dy, outputs, kh, 
 
 
 @njit(cache=True, nogil=True)
-def _narrow_reference(x, num, channels, height_p, width_p, dy, outputs, kh, kw, dw, db):
+def _narrow_reference(x, num, channels, height_p, width_p, dy, outputs, kh, kw, dw):
     _weight_gradient_reference(vzero, vload, vfull, vramp(np.float32(0.0), np.float32(1.0)), 8, x, num, channels,
-                               height_p, width_p, dy, outputs, kh, kw, dw, db)
+                               height_p, width_p, dy, outputs, kh, kw, dw)
 
 
 @njit(cache=True, nogil=True)
-def _wide_reference(x, num, channels, height_p, width_p, dy, outputs, kh, kw, dw, db):
+def _wide_reference(x, num, channels, height_p, width_p, dy, outputs, kh, kw, dw):
     _weight_gradient_reference(wzero, wload, wfull, wramp(np.float32(0.0), np.float32(1.0)), 16, x, num, channels,
-                               height_p, width_p, dy, outputs, kh, kw, dw, db)
+                               height_p, width_p, dy, outputs, kh, kw, dw)
 
 
 @njit(cache=True, nogil=True, inline='always')
 def _weight_gradient_reference(zero, load, full, lane_index, lanes, x, num, channels, height_p, width_p, dy, outputs,
-                               kh, kw, dw, db):
-    """:func:`_weight_gradient`'s bits (see :func:`weight_gradient_reference`)."""
+                               kh, kw, dw):
+    """:func:`_weight_gradient`'s weight gradient's bits (see :func:`weight_gradient_reference`)."""
     out_h, out_w = height_p - kh + 1, width_p - kw + 1
     plane_p, out_plane = height_p * width_p, out_h * out_w
     overlap = full(np.float32((lanes - out_w % lanes) % lanes) - np.float32(0.5))
@@ -443,12 +460,6 @@ def _weight_gradient_reference(zero, load, full, lane_index, lanes, x, num, chan
                 total = vadd(total, sums)
             vstore(total_lanes, 0, total)
             dw[o * taps + t] = _sum_lanes(total_lanes, 0, lanes)
-    bias_sums = np.zeros(outputs * 8, np.float32)
-    for n in range(num):
-        for oc in range(db.size):
-            _add_lane_sums(dy, (n * outputs + oc) * out_plane, out_plane, bias_sums, oc * 8)
-    for oc in range(db.size):
-        db[oc] = _sum_lanes(bias_sums, oc * 8, 8)
 
 
 @njit(cache=True, nogil=True, inline='always')
