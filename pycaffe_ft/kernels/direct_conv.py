@@ -154,29 +154,21 @@ def direct_forward(x, num, channels, height_p, width_p, w, outputs, kh, kw, bias
 
 @njit(cache=True, nogil=True)
 def forward_reference(x, num, channels, height_p, width_p, w, outputs, kh, kw, bias, use_bias, y, relu):
-    """:func:`direct_forward` one output row's vector of eight columns at a time (the last one
-    shifted back to end at the edge), each lane the same multiply-add chain over (c, ky, kx)
-    (so the same bits): the reference of its blocked kernels, run while they compile in the
-    background (:mod:`.tiered`). One loop over the taps, their input offsets from a table: it
-    compiles in a fraction of the blocked kernels' time."""
+    """:func:`direct_forward` one output row's vector of eight columns at a time, each lane the
+    same multiply-add chain (so the same bits): the reference of its blocked kernels, run while
+    they compile in the background (:mod:`.tiered`; compiles in a fraction of their time)."""
     out_h, out_w = height_p - kh + 1, width_p - kw + 1
-    plane_p, taps = height_p * width_p, channels * kh * kw
-    offsets = np.empty(taps, np.int64)
-    for t in range(taps):
-        c, k = divmod(t, kh * kw)
-        offsets[t] = c * plane_p + (k // kw) * width_p + k % kw
-    blocks = (out_w + 7) // 8
-    for q in range(num * outputs * out_h * blocks):
-        row, b = divmod(q, blocks)
-        image_output, r = divmod(row, out_h)
-        n, o = divmod(image_output, outputs)
-        j = min(8 * b, out_w - 8)
-        first, wk = n * channels * plane_p + r * width_p + j, o * taps
-        acc = vzero()
-        for t in range(taps):
-            acc = vfma(vsplat(w, wk + t), vload(x, first + offsets[t]), acc)
-        out = vadd(acc, vfull(bias[o])) if use_bias else acc
-        vstore(y, row * out_w + j, vrelu(out) if relu else out)
+    plane_p, out_plane = height_p * width_p, out_h * out_w
+    for n in range(num):
+        for o in range(outputs):
+            for r in range(out_h):
+                x0 = 0
+                while x0 < out_w:
+                    start = min(x0, out_w - 8)
+                    _one_by_one(vzero, vload, vsplat, vfull, x, n * channels * plane_p + r * width_p + start, plane_p,
+                                width_p, channels, kh, kw, w, o * channels * kh * kw, bias, use_bias, y,
+                                (n * outputs + o) * out_plane + r * out_w + start, o, relu)
+                    x0 = start + 8
 
 
 @njit(cache=True, nogil=True)
