@@ -13,7 +13,7 @@ start) small. All kernels release the GIL: layers run them on several threads.
 import numpy as np
 from numba import carray, njit, types
 
-from .c_functions import FLOATS, c_function, floats
+from .c_functions import FLOATS, c_caller, c_function, floats
 from .simd import vadd, vload, vstore
 from . import numpy_references
 from .tiered import await_ahead, call
@@ -153,12 +153,15 @@ def _columns_kernel(sw, out_w):
     return _c_vector_columns if sw == 1 and out_w % 8 == 0 else _c_columns
 
 
+_call_columns_at = c_caller(COLUMNS_SIGNATURE)
+
+
 def columns_function(sw, out_w):
-    """:func:`columns`' kernel for this stride and output width as a C function (see
-    :mod:`.c_functions`), called with :func:`call_columns`."""
+    """The address of :func:`columns`' kernel for this stride and output width as a C function
+    (see :mod:`.c_functions`), for :func:`call_columns`."""
     function = _columns_kernel(sw, out_w)
     await_ahead(function)
-    return c_function(function, COLUMNS_SIGNATURE)
+    return c_function(function, COLUMNS_SIGNATURE).address
 
 
 def columns_function_ahead(sw, out_w):
@@ -169,6 +172,6 @@ def columns_function_ahead(sw, out_w):
 @njit(cache=True, nogil=True, inline='always')
 def call_columns(function, images, n_img, channels, height, width, kh, kw, sh, sw, dh, dw, out_h, out_w, cols,
                  ncols, to_columns):
-    """:func:`columns`' call, through ``function`` (:func:`columns_function`)."""
-    function(floats(images), images.size, n_img, channels, height, width, kh, kw, sh, sw, dh, dw, out_h, out_w,
-             floats(cols), cols.size, ncols, 1 if to_columns else 0)
+    """:func:`columns`' call, at ``function`` (:func:`columns_function`)."""
+    _call_columns_at(function, (floats(images), images.size, n_img, channels, height, width, kh, kw, sh, sw, dh, dw,
+                                out_h, out_w, floats(cols), cols.size, ncols, 1 if to_columns else 0))

@@ -18,7 +18,7 @@ etc.), so that slices of a larger array (one group's channels) need no copy.
 import numpy as np
 from numba import carray, njit, types
 
-from .c_functions import FLOATS, c_function, floats
+from .c_functions import FLOATS, c_caller, c_function, floats
 from .simd import WIDE, vfma, vload, vsplat, vstore, vzero, wload, wsplat, wstore, wzero
 from .tiered import await_ahead, c_function_ready, call
 
@@ -342,13 +342,16 @@ BATCHED_GEMM_SIGNATURE = types.void(FLOATS, _I, _I, _I, _I, _I, FLOATS, _I, _I, 
                                     _I, _I, _I, _I)
 
 
+_call_batched_gemm_at = c_caller(BATCHED_GEMM_SIGNATURE)
+
+
 def batched_gemm_function():
-    """:data:`batched_gemm` as a C function (see :mod:`.c_functions`), called with
+    """The address of :data:`batched_gemm` as a C function (see :mod:`.c_functions`), for
     :func:`call_batched_gemm`; its reference's while it compiles in the background."""
     if c_function_ready(_c_batched_gemm, BATCHED_GEMM_SIGNATURE):
-        return c_function(_c_batched_gemm, BATCHED_GEMM_SIGNATURE)
+        return c_function(_c_batched_gemm, BATCHED_GEMM_SIGNATURE).address
     await_ahead(_c_batched_gemm_reference)
-    return c_function(_c_batched_gemm_reference, BATCHED_GEMM_SIGNATURE)
+    return c_function(_c_batched_gemm_reference, BATCHED_GEMM_SIGNATURE).address
 
 
 def batched_gemm_function_ahead():
@@ -360,6 +363,6 @@ def batched_gemm_function_ahead():
 @njit(cache=True, nogil=True, inline='always')
 def call_batched_gemm(function, a, a_off, a_batch, lda, ak, b, b_off, b_batch, ldb, c, c_off, c_batch, ldc,
                       batch, m, k, n):
-    """:data:`batched_gemm`'s call, through ``function`` (:func:`batched_gemm_function`)."""
-    function(floats(a), a.size, a_off, a_batch, lda, ak, floats(b), b.size, b_off, b_batch, ldb,
-             floats(c), c.size, c_off, c_batch, ldc, batch, m, k, n)
+    """:data:`batched_gemm`'s call, at ``function`` (:func:`batched_gemm_function`)."""
+    _call_batched_gemm_at(function, (floats(a), a.size, a_off, a_batch, lda, ak, floats(b), b.size, b_off, b_batch,
+                                     ldb, floats(c), c.size, c_off, c_batch, ldc, batch, m, k, n))

@@ -33,7 +33,7 @@ def _case(n, c, h, w, o, r, stride, pad, dilation):
 
 def _backward(bordered, weights, dy, geometry, need_w, need_b, gemm=None):
     """(w_part, bias_part, dx with its border) from one backward_chunk call (its products by
-    the C function ``gemm``, batched_gemm's by default)."""
+    the C function at address ``gemm``, batched_gemm's by default)."""
     n, o, k = bordered.shape[0], weights.shape[0], weights[0].size
     positions, lanes = dy[0, 0].size * n, -(-o // 16) * 16
     w_part, bias_part = np.full((k, lanes), np.nan, np.float32), np.full(o, np.nan, np.float32)
@@ -54,6 +54,9 @@ def test_backward_matches_a_float64_convolution(case):
     assert np.abs(w_part[:, :o].T.reshape(weights.shape) - dw_ref).max() <= 1e-6 * np.abs(dw_ref).max()
     assert not w_part[:, o:].any()  # the padding lanes' sums stay zero
     assert np.abs(bias_part - db_ref).max() <= 1e-6 * np.abs(db_ref).max()
+    # each output's bias one float64 chain over images then positions (np.cumsum adds in order)
+    chains = np.cumsum(dy.transpose(1, 0, 2, 3).reshape(o, -1).astype(np.float64), axis=1)[:, -1]
+    assert bias_part.tobytes() == chains.astype(np.float32).tobytes()
     inside = dx[:, :, pad:dx.shape[2] - pad, pad:dx.shape[3] - pad]
     assert np.abs(inside - dx_ref).max() <= 1e-6 * np.abs(dx_ref).max()
     alone = _backward(bordered, weights, dy, geometry, False, False)[2]  # the bottom diff alone: the same bits
@@ -67,6 +70,6 @@ def test_backward_with_the_reference_products_gives_the_same_bits(case):
     bordered, weights, dy, geometry = _case(*case)[:4]
     fast = _backward(bordered, weights, dy, geometry, True, True)
     reference = _backward(bordered, weights, dy, geometry, True, True,
-                          c_function(_c_batched_gemm_reference, BATCHED_GEMM_SIGNATURE))
+                          c_function(_c_batched_gemm_reference, BATCHED_GEMM_SIGNATURE).address)
     for a, b in zip(fast, reference):
         assert a.tobytes() == b.tobytes()
