@@ -267,9 +267,10 @@ def ave_pool_caffe(x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_
 
 
 @_quietly
-def max_pool_backward(dy, mask, planes, in_plane, out_plane, dx):
+def max_pool_backward(dy, mask, planes, in_plane, out_plane, dx, *geometry):
     """:func:`.pooling.max_pool_backward`: dx from zero, each dy added at its argmax, outputs in
-    row-major order (np.add.at adds in the order given)."""
+    row-major order (np.add.at adds in the order given). ``geometry``: the gathering kernel's
+    further arguments, which the masks make needless here."""
     where = mask[:planes * out_plane].reshape(planes, out_plane).astype(np.int64)
     taken = where >= 0
     dx[:planes * in_plane] = 0.0

@@ -1,7 +1,7 @@
 """Eight-float vectors in Numba kernels: LLVM's ``<8 x float>`` as a Numba type, with load
-(also of the even elements of 16, or the even and the odd ones, in swizzled lane order), store,
-splat, ramp, zero, fused multiply-add, lane-wise arithmetic, compare-and-select, a bitwise
-keep-or-zero and an 8 x 8 transpose; and cache prefetch hints (to read, to write).
+(also of the even elements of 16, or the even and the odd ones, in swizzled lane order; of four
+elements each in two lanes), store, splat, ramp, zero, fused multiply-add, lane-wise
+arithmetic, compare-and-select, compare-and-add, a bitwise keep-or-zero and an 8 x 8 transpose; and cache prefetch hints (to read, to write).
 Sixteen-float vectors (``wload``, ``wload_even``, ``whalves``, ``wstore``, ``wsplat``,
 ``wfull``, ``wramp``, ``wzero``, and two rows of eight in one vector: ``wload_rows``,
 ``wload_even_rows``, ``wramp_rows``; sixteen lanes picked by a table from four vectors or two:
@@ -23,8 +23,9 @@ from numba.core import config
 from numba.core import cgutils
 from numba.extending import intrinsic, models, register_model
 
-__all__ = ['vload', 'vload_even_swizzled', 'vload_evens_odds_swizzled', 'vunswizzle', 'vstore', 'vsplat', 'vfull',
-           'vramp', 'vzero', 'vfma', 'vadd', 'vsub', 'vmul', 'vdiv', 'vwhere_gt', 'vkeep', 'vrelu', 'vtranspose',
+__all__ = ['vload', 'vload_even_swizzled', 'vload_evens_odds_swizzled', 'vunswizzle', 'vload_pairs', 'vstore', 'vsplat',
+           'vfull', 'vramp', 'vzero', 'vfma', 'vadd', 'vsub', 'vmul', 'vdiv', 'vwhere_gt', 'vadd_where_eq', 'vkeep',
+           'vrelu', 'vtranspose',
            'prefetch', 'prefetch_to_write', 'WIDTH',
            'wload', 'wload_even', 'wload_rows', 'wload_even_rows', 'wramp_rows', 'whalves', 'wstore', 'wsplat', 'wfull',
            'wramp', 'wzero', 'wpick', 'wpick2', 'wpermute2', 'WIDE']
@@ -140,6 +141,18 @@ def vunswizzle(typingctx, vector):
 
 
 @intrinsic
+def vload_pairs(typingctx, array, index):
+    """array[index], array[index], array[index + 1], array[index + 1], ... array[index + 3] (each
+    of four elements in two lanes: one 4-element load and a shuffle)."""
+    def codegen(context, builder, sig, args):
+        quad = ir.VectorType(ir.FloatType(), 4)
+        pointer = _element_pointer(context, builder, sig.args[0], args[0], args[1])
+        four = builder.load(builder.bitcast(pointer, quad.as_pointer()), align=4)
+        return _shuffle(builder, four, ir.Constant(quad, ir.Undefined), [0, 0, 1, 1, 2, 2, 3, 3])
+    return float32x8(array, index), codegen
+
+
+@intrinsic
 def vstore(typingctx, array, index, vector):
     """array[index:index + 8] = vector (index + 16 for a wide one)."""
     def codegen(context, builder, sig, args):
@@ -202,6 +215,15 @@ def vwhere_gt(typingctx, x, y, a, b):
     def codegen(context, builder, sig, args):
         return builder.select(builder.fcmp_ordered('>', args[0], args[1]), args[2], args[3])
     return a(x, y, a, b), codegen
+
+
+@intrinsic
+def vadd_where_eq(typingctx, total, a, b, v):
+    """Per lane: total + v where a == b (ordered), else total + (+0)."""
+    def codegen(context, builder, sig, args):
+        zero = ir.Constant(args[3].type, [0.0] * args[3].type.count)
+        return builder.fadd(args[0], builder.select(builder.fcmp_ordered('==', args[1], args[2]), args[3], zero))
+    return total(total, a, b, v), codegen
 
 
 @intrinsic

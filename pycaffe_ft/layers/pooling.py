@@ -142,7 +142,7 @@ class PoolingLayer(Layer):
 
             def images(lo, hi):
                 K.max_pool_backward(dy[lo:hi].reshape(-1), mask[lo:hi].reshape(-1), (hi - lo) * dx.shape[1],
-                                    dx[0, 0].size, dy[0, 0].size, dx[lo:hi].reshape(-1))
+                                    *dx.shape[2:], *self._args(), *self.out_hw, dx[lo:hi].reshape(-1))
                 self.mask_relu_below(bottom, 0, lo, hi)
         else:
             def images(lo, hi):

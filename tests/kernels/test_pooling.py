@@ -1,7 +1,7 @@
 """The pooling kernels' ways through the planes that the layer tests do not pick out: max
 pooling by single rows by window rows (AVX-512) and by blocks by window rows (eight lanes),
-average pooling by blocks (eight lanes), and the ReLU the small-plane kernels apply as they
-store. (Every way against Caffe's definition: tests/layers/test_vision.py; against the NumPy
+average pooling by blocks (eight lanes), the ReLU the small-plane kernels apply as they
+store, and the 2 x 2 max pooling's backward by gathering. (Every way against Caffe's definition: tests/layers/test_vision.py; against the NumPy
 references, NaN included: test_numpy_references.py.)"""
 import numpy as np
 import pytest
@@ -146,3 +146,33 @@ def test_a_fused_relu_gives_the_bits_of_its_own_pass(geometry, method):
     (plain, plain_mask), (fused, fused_mask) = results
     relu_forward(plain, plain)
     assert (plain <= 0).any() and _Bits(fused) == _Bits(plain) and _Bits(fused_mask) == _Bits(plain_mask)
+
+
+GATHERED = [g for g in POOLS if g[2:] == (2, 0, 2) and g[1] >= 8] + [(9, 11, 2, 0, 2), (7, 8, 2, 0, 2), (10, 13, 2, 0, 2)]
+"""(H, W, kernel, pad, stride) whose max pooling backward gathers: planes whose rows are one
+block, three blocks, blocks and a last one shifted back (13), a column left over (9, 11), odd
+heights (a last input row of its own)."""
+
+
+@pytest.mark.parametrize('floor', [False, True])
+@pytest.mark.parametrize('geometry', GATHERED)
+def test_max_pooling_backward_by_gathering_gives_caffes_bits(geometry, floor):
+    """Against Caffe's scatter in NumPy (NaN, infinities and signed zeros in dy; a plane whose
+    masks are all -1), through max_pool_backward, which picks the gathering kernel; ``floor``:
+    round_mode FLOOR's outputs, which leave an odd last row and column under no window (+0)."""
+    planes, x, args = _pool_case(geometry, 11 + floor)
+    height, width, kh, kw, ph, pw, sh, sw, out_h, out_w = args
+    if floor:
+        out_h, out_w = (height - 2) // 2 + 1, (width - 2) // 2 + 1
+        args = args[:-2] + (out_h, out_w)
+    size = planes * out_h * out_w
+    y, mask = np.empty(size, np.float32), np.empty(size, np.float32)
+    references.max_pool_caffe(x, planes, *args, y, mask)
+    dy = _values(np.random.default_rng(5), size)
+    ours, theirs = _both(lambda dx: pooling.max_pool_backward(dy, mask, planes, *args, dx),
+                         lambda dx: references.max_pool_backward(dy, mask, planes, height * width, out_h * out_w, dx),
+                         [planes * height * width], lambda dx: (dx,))
+    assert ours == theirs
+    gathered, _ = _both(pooling._max_pool_gather, references.max_pool_backward, [planes * height * width],
+                        lambda dx: (dy, mask, planes, height * width, out_h * out_w, dx, width, out_w))
+    assert gathered == theirs
