@@ -907,19 +907,14 @@ def _max_pool_backward(dy, mask, planes, in_plane, out_plane, dx):
     """:func:`max_pool_backward`, a plane at a time: its argmaxes made int32 in one vector pass
     first (the scatter then loads each as an integer, where converting it there took two
     instructions on the scatter's path: CIFAR10-quick's pool1, hot, 13.2 -> 10.3 us for 64
-    planes), its dx zeroed, then each dy added at its argmax in output order. The next plane's
-    lines are fetched meanwhile (dx for writing): in a net they are seldom in the caches
-    (CIFAR10-quick's pool1 alone, inputs evicted first: 2.2 -> 1.8 ms)."""
+    planes), its dx zeroed, then each dy added at its argmax in output order. (Fetching the
+    next plane's lines meanwhile, dx for writing, had made CIFAR10-quick's pool1 alone, inputs
+    evicted first, 2.2 -> 1.8 ms on an earlier host; on a Zen 4 it made it 0.75 -> 1.25 ms and
+    AlexNet's pool1 1.4 -> 2.0 ms, hot too, and spread over the scatter, 1.5 ms.)"""
     picks = np.empty(out_plane, np.int32)
     for plane in range(planes):
         in_base = plane * in_plane
         out_base = plane * out_plane
-        if plane + 1 < planes:
-            for line in range(0, in_plane, 16):
-                prefetch_to_write(dx, in_base + in_plane + line)
-            for line in range(0, out_plane, 16):
-                prefetch(dy, out_base + out_plane + line)
-                prefetch(mask, out_base + out_plane + line)
         for p in range(out_plane):
             picks[p] = np.int32(mask[np.uint64(out_base + p)])
         for p in range(in_plane):
