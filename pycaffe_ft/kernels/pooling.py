@@ -8,7 +8,7 @@ pooling keeps the first maximum in row-major window order (strict >, from -FLT_M
 pooling adds in row-major window order in float32, backward adds each output's terms in
 row-major output order.
 
-Four ways through the planes:
+Five ways through the planes:
 
 - **Small planes** (forward, AVX-512; :func:`_small_planes`): planes of at most 64 inputs and
   16 outputs (LeNet's pool2, CIFAR10-quick's pool3) **one plane a vector**, the plane's inputs
@@ -52,6 +52,13 @@ Four ways through the planes:
   terms to one count), so it is stored once, straight from the transpose, instead of being
   zeroed and read-modified-written by every window over it (CIFAR10-quick's pool2 backward
   alone, alternated: 9.6 -> 15.8 GB/s, pool3 11.8 -> 17.2).
+- **Scatter and gather** (the backward of max pooling): each output's dy added at its argmax,
+  in output order, into a zeroed dx (:func:`_max_pool_backward`); 2 x 2 windows at stride 2,
+  which never overlap, gather instead, each input stored once (:func:`_max_pool_gather`). For
+  overlapping 3 x 3 windows at stride 2 a gather in eight lanes (up to four candidate windows
+  an input, each a compare and an add) ran as many instructions as the scatter and was 10%
+  slower (CIFAR10-quick's pool1) to 30% (AlexNet's pool1, whose odd width leaves a column to
+  go one by one).
 """
 import functools
 
