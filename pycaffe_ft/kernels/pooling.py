@@ -65,9 +65,10 @@ import functools
 import numpy as np
 from numba import njit
 
-from .simd import WIDE, prefetch, prefetch_to_write, vadd, vadd_where_eq, vdiv, vfull, vkeep, vload, vload_even_swizzled, \
-    vload_evens_odds_swizzled, vload_pairs, vmul, vramp, vrelu, vsplat, vstore, vsub, vtranspose, vunswizzle, vwhere_gt, wfull, \
-    whalves, wload, wload_even, wload_even_rows, wload_rows, wpermute2, wpick, wpick2, wramp, wramp_rows, wsplat
+from .simd import WIDE, prefetch, prefetch_to_write, vadd, vadd_where_eq, vdiv, vfull, vkeep, vload, \
+    vload_even_swizzled, vload_evens_odds_swizzled, vload_pairs, vmul, vramp, vrelu, vsplat, vstore, vsub, vtranspose, \
+    vunswizzle, vwhere_gt, wfull, whalves, wload, wload_even, wload_even_rows, wload_rows, wpermute2, wpick, wpick2, \
+    wramp, wramp_rows, wsplat
 from . import numpy_references
 from .relu import relu_forward
 from .tiered import call, ready

@@ -1,7 +1,8 @@
 """Eight-float vectors in Numba kernels: LLVM's ``<8 x float>`` as a Numba type, with load
 (also of the even elements of 16, or the even and the odd ones, in swizzled lane order; of four
 elements each in two lanes), store, splat, ramp, zero, fused multiply-add, lane-wise
-arithmetic, compare-and-select, compare-and-add, a bitwise keep-or-zero and an 8 x 8 transpose; and cache prefetch hints (to read, to write).
+arithmetic, compare-and-select, compare-and-add, a bitwise keep-or-zero and an 8 x 8
+transpose; and cache prefetch hints (to read, to write).
 Sixteen-float vectors (``wload``, ``wload_even``, ``whalves``, ``wstore``, ``wsplat``,
 ``wfull``, ``wramp``, ``wzero``, and two rows of eight in one vector: ``wload_rows``,
 ``wload_even_rows``, ``wramp_rows``; sixteen lanes picked by a table from four vectors or two:
@@ -143,7 +144,7 @@ def vunswizzle(typingctx, vector):
 @intrinsic
 def vload_pairs(typingctx, array, index):
     """array[index], array[index], array[index + 1], array[index + 1], ... array[index + 3] (each
-    of four elements in two lanes: one 4-element load and a shuffle)."""
+    of four elements in two lanes: one 4-element load and a shuffle; index + 4 <= size)."""
     def codegen(context, builder, sig, args):
         quad = ir.VectorType(ir.FloatType(), 4)
         pointer = _element_pointer(context, builder, sig.args[0], args[0], args[1])

@@ -1,8 +1,9 @@
 """The pooling kernels' ways through the planes that the layer tests do not pick out: max
 pooling by single rows by window rows (AVX-512) and by blocks by window rows (eight lanes),
 average pooling by blocks (eight lanes), the ReLU the small-plane kernels apply as they
-store, and the 2 x 2 max pooling's backward by gathering. (Every way against Caffe's definition: tests/layers/test_vision.py; against the NumPy
-references, NaN included: test_numpy_references.py.)"""
+store, and the 2 x 2 max pooling's backward by gathering. (Every way against Caffe's
+definition: tests/layers/test_vision.py; against the NumPy references, NaN included:
+test_numpy_references.py.)"""
 import numpy as np
 import pytest
 
@@ -148,7 +149,8 @@ def test_a_fused_relu_gives_the_bits_of_its_own_pass(geometry, method):
     assert (plain <= 0).any() and _Bits(fused) == _Bits(plain) and _Bits(fused_mask) == _Bits(plain_mask)
 
 
-GATHERED = [g for g in POOLS if g[2:] == (2, 0, 2) and g[1] >= 8] + [(9, 11, 2, 0, 2), (7, 8, 2, 0, 2), (10, 13, 2, 0, 2)]
+GATHERED = ([g for g in POOLS if g[2:] == (2, 0, 2) and g[1] >= 8]
+            + [(9, 11, 2, 0, 2), (7, 8, 2, 0, 2), (10, 13, 2, 0, 2)])
 """(H, W, kernel, pad, stride) whose max pooling backward gathers: planes whose rows are one
 block, three blocks, blocks and a last one shifted back (13), a column left over (9, 11), odd
 heights (a last input row of its own)."""
