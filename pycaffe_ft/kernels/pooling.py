@@ -898,13 +898,14 @@ def _max_pool_gather(dy, mask, planes, in_plane, out_plane, dx, width, out_w):
     if width % 8 and last // 2 + 3 <= out_w - 1:
         blocks[count] = last
         count += 1
+    blocks = blocks[:count]
     by_vector = np.zeros(width, np.bool_)
-    for start in blocks[:count]:
+    for start in blocks:
         by_vector[start:start + 8] = True
     columns = np.flatnonzero(~by_vector)
     for plane in range(planes):
         in_base, out_base = plane * in_plane, plane * out_plane
-        for start in blocks[:count]:
+        for start in blocks:
             _gather_block(dy, mask, dx, in_base, out_base, start, height, width, out_h, out_w)
         for x in columns:
             _gather_column(dy, mask, dx, in_base, out_base, x, height, width, out_h, out_w)

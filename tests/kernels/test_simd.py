@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 from numba import njit
 
-from pycaffe_ft.kernels.simd import WIDE, vkeep, vload, vload_even_swizzled, vload_evens_odds_swizzled, vstore, \
-    vtranspose, vunswizzle, wfull, whalves, wload, wload_even, wload_even_rows, wload_rows, wpick, wpick2, wramp_rows, \
-    wstore
+from pycaffe_ft.kernels.simd import WIDE, vadd_where_eq, vkeep, vload, vload_even_swizzled, vload_evens_odds_swizzled, \
+    vload_pairs, vstore, vtranspose, vunswizzle, wfull, whalves, wload, wload_even, wload_even_rows, wload_rows, \
+    wpick, wpick2, wramp_rows, wstore
 
 
 @njit(cache=False)
@@ -110,3 +110,25 @@ def test_table_picks_take_the_listed_elements_and_outside_past_the_sources():
         out = _picked(x, picks)
         np.testing.assert_array_equal(out[:16], np.where(picks[:16] < 64, x[np.minimum(picks[:16], 63)], -7))
         np.testing.assert_array_equal(out[16:], np.where(picks[16:] < 32, x[np.minimum(picks[16:], 31)], -7))
+
+
+@njit(cache=False)
+def _pairs_and_taken(x, at, total, a, b, v):
+    out = np.empty(16, np.float32)
+    vstore(out, 0, vload_pairs(x, at))
+    vstore(out, 8, vadd_where_eq(vload(total, 0), vload(a, 0), vload(b, 0), vload(v, 0)))
+    return out
+
+
+def test_pairs_and_the_compare_and_add():
+    x = np.arange(20, dtype=np.float32)
+    total = np.array([0, 0, 1, -0.0, 0, 2, 0, 0], np.float32)
+    a = np.array([1, 2, 3, 4, np.nan, 6, 7, 8], np.float32)
+    b = np.array([1, 0, 3, 4, np.nan, 6, 0, 8], np.float32)
+    v = np.array([-0.0, 5, 2, -0.0, 9, np.inf, 3, np.nan], np.float32)
+    for at in (0, 5, 16):
+        out = _pairs_and_taken(x, at, total, a, b, v)
+        np.testing.assert_array_equal(out[:8], np.repeat(x[at:at + 4], 2))
+    # total + v where a == b (NaN never equal), else total + (+0): signed zeros as such an add gives them
+    expected = total + np.where(a == b, v, np.float32(0.0))
+    assert out[8:].tobytes() == expected.tobytes()
