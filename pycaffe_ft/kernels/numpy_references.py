@@ -311,10 +311,10 @@ def columns(images, n_img, channels, height, width, kh, kw, sh, sw, dh, dw, out_
 
 
 @_quietly
-def ave_pool_backward(dy, planes, sizes, covers, dx):
+def ave_pool_backward(dy, planes, sizes, covers, dx, x=None):
     """:func:`.pooling.ave_pool_backward`'s kernels (``sizes`` and ``covers`` from its taps):
     each output's share dy / size, then each input the sum of its covering outputs' shares in
-    order, from zero."""
+    order, from zero; then, given x, the backward of the ReLU below (x its bottom data)."""
     in_plane, out_plane = covers.shape[0], sizes.size
     shares = np.zeros((planes, out_plane + 1), _F32)  # the last column: the zero term of padded covers
     shares[:, :out_plane] = dy[:planes * out_plane].reshape(planes, out_plane) / sizes
@@ -322,6 +322,18 @@ def ave_pool_backward(dy, planes, sizes, covers, dx):
     for j in range(covers.shape[1]):
         total += shares[:, covers[:, j]]
     dx[:planes * in_plane] = total.reshape(-1)
+    if x is not None:
+        relu_backward(x[:planes * in_plane], dx[:planes * in_plane], dx[:planes * in_plane])
+
+
+def ave_pool_backward_plane_vectors(dy, planes, sizes, covers, picks, dx, x):
+    """:func:`.pooling.ave_pool_backward`'s kernels one plane a vector: :func:`ave_pool_backward`."""
+    ave_pool_backward(dy, planes, sizes, covers, dx, x)
+
+
+def ave_pool_backward_rows(dy, planes, height, width, ph, out_h, sizes, covers, starts, picks, dx, x):
+    """:func:`.pooling.ave_pool_backward`'s kernels by output rows: :func:`ave_pool_backward`."""
+    ave_pool_backward(dy, planes, sizes, covers, dx, x)
 
 
 def _root_neg_pow(s, beta):

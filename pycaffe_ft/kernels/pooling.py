@@ -8,7 +8,7 @@ pooling keeps the first maximum in row-major window order (strict >, from -FLT_M
 pooling adds in row-major window order in float32, backward adds each output's terms in
 row-major output order.
 
-Five ways through the planes:
+Six ways through the planes:
 
 - **Small planes** (forward, AVX-512; :func:`_small_planes`): planes of at most 64 inputs and
   16 outputs (LeNet's pool2, CIFAR10-quick's pool3) **one plane a vector**, the plane's inputs
@@ -38,7 +38,7 @@ Five ways through the planes:
   Max pooling rows of up to ``PAIRS_UP_TO`` (8) outputs go two rows a sixteen-lane vector where
   both rows' windows lie inside the image's rows (AlexNet's 6-wide pool5 forward in-net 0.46 ->
   0.41 ms, against 0.51 by sixteen plane lanes).
-- **Plane lanes** (the backward of average pooling, and the forward of small planes or other
+- **Plane lanes** (the backward of average pooling elsewhere, and the forward of small planes or other
   strides): eight planes (sixteen with AVX-512, ``PLANE_LANES``) are transposed into the lanes
   of one vector (8 x 8 transposes), so every output, at the edges too, is one vector sum or
   compare-and-select chain over its window's taps: from the table at the edges, at constant
@@ -52,6 +52,16 @@ Five ways through the planes:
   terms to one count), so it is stored once, straight from the transpose, instead of being
   zeroed and read-modified-written by every window over it (CIFAR10-quick's pool2 backward
   alone, alternated: 9.6 -> 15.8 GB/s, pool3 11.8 -> 17.2).
+- **Output rows and plane vectors** (the backward of average pooling, AVX-512): planes 9 to 16
+  wide under 3 x 3 or 2 x 2 windows at stride 2 go by output rows, a plane row one vector
+  (:func:`_ave_pool_backward_rows`): each output row's column terms are permutes of the plane's
+  shares dy / size, its sum is carried to the next output row, whose window shares a row with
+  it, and every input row is stored once; planes of at most 64 inputs and 16 outputs go one
+  plane a vector, each vector of sixteen inputs adding its covering shares picked from the
+  plane's one vector of shares (:func:`_ave_pool_backward_plane_vectors`). Both (and the plane
+  lanes) apply the backward of the ReLU below as they store. (CIFAR10-quick's pool2 / pool3
+  backward alone, hot: 0.19 / 0.09 ms by plane lanes, 0.11 / 0.06 ms these ways; with the ReLU
+  below's mask, a pass of its own before, 0.45 / 0.22 -> 0.15 / 0.08 ms.)
 - **Scatter and gather** (the backward of max pooling): each output's dy added at its argmax,
   in output order, into a zeroed dx (:func:`_max_pool_backward`); 2 x 2 windows at stride 2,
   which never overlap, gather instead, each input stored once (:func:`_max_pool_gather`). For
@@ -68,7 +78,7 @@ from numba import njit
 from .simd import WIDE, prefetch, prefetch_to_write, vadd, vadd_where_eq, vdiv, vfull, vkeep, vload, \
     vload_even_swizzled, vload_evens_odds_swizzled, vload_pairs, vmul, vramp, vrelu, vsplat, vstore, vsub, vtranspose, \
     vunswizzle, vwhere_gt, wfull, whalves, wload, wload_even, wload_even_rows, wload_rows, wpermute2, wpick, wpick2, \
-    wramp, wramp_rows, wsplat
+    wramp, wramp_rows, wsplat, wstore
 from . import numpy_references
 from .relu import relu_forward
 from .tiered import call, ready
@@ -97,10 +107,13 @@ def window_taps(height, width, kh, kw, ph, pw, sh, sw, out_h, out_w):
     columns = np.repeat(np.broadcast_to(wide, (out_h, out_w)).reshape(-1), counts)
     rows = np.repeat(np.repeat(top, out_w), counts) + t // np.maximum(columns, 1)
     offsets = rows * width + np.repeat(np.tile(left, out_h), counts) + t % np.maximum(columns, 1)
-    return starts, offsets, sizes, _covering_outputs(starts, offsets, height * width), \
+    covers = _covering_outputs(starts, offsets, height * width)
+    return starts, offsets, sizes, covers, \
         _plane_picks(height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, sizes), \
         _pair_picks(height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, sizes), \
-        _row_picks(height, width, kw, ph, pw, sh, sw, out_h, out_w)
+        _row_picks(height, width, kw, ph, pw, sh, sw, out_h, out_w), \
+        _backward_rows(height, width, kh, kw, ph, pw, sh, sw, out_h, out_w), \
+        _backward_plane_picks(covers, out_h * out_w)
 
 
 def _chunk_windows(height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, sizes, per):
@@ -185,6 +198,46 @@ def _row_picks(height, width, kw, ph, pw, sh, sw, out_h, out_w):
     columns = np.clip(np.arange(16)[None, :] * sw - pw + np.arange(kw)[:, None], 0, width - 1)
     columns[:, out_w:] = 0
     return columns.astype(np.int32).reshape(-1), columns.astype(np.float32).reshape(-1)
+
+
+def _backward_rows(height, width, kh, kw, ph, pw, sh, sw, out_h, out_w):
+    """Average pooling's backward by output rows (:func:`_ave_pool_backward_rows`; AVX-512,
+    square 3 x 3 or 2 x 2 windows at stride 2, planes 9 to 16 wide: a row one vector): the
+    arguments after the plane count, ``(kh, height, width, ph, out_h, starts, picks)``.
+    ``starts[m]``: where, in a plane's shares, the 32 begin (a multiple of 16) that output row
+    m's column terms pick from; ``picks[(m * terms + j) * 16 + l]``: which of them is the j-th
+    output of row m whose window holds column l (32: none, a zero term), ``terms`` the most
+    outputs of a row holding one column (kw / sw rounded up). None for other geometries."""
+    if kh != kw or sh != sw or sh != 2 or kh not in _AVE_POOL_BACKWARD_ROWS \
+            or not BACKWARD_ROWS_WIDTHS[0] <= width <= BACKWARD_ROWS_WIDTHS[1]:
+        return None
+    terms = -(-kw // sw)
+    column = np.arange(16)
+    first = np.maximum(0, -((kw - 1 - column - pw) // sw))  # the first output whose window holds it
+    ox = first + np.arange(terms).reshape(terms, 1)  # (terms, 16)
+    held = (ox <= np.minimum(out_w - 1, (column + pw) // sw)) & (column < width)
+    outputs = np.arange(out_h).reshape(out_h, 1, 1) * out_w + ox  # (out_h, terms, 16)
+    lowest = np.where(held, outputs, np.iinfo(np.int64).max).min(axis=(1, 2))
+    highest = np.where(held, outputs, -1).max(axis=(1, 2))
+    starts = np.where(highest >= 0, lowest // 16 * 16, 0)
+    if np.any(highest - starts >= 32):
+        return None
+    picks = np.where(held, outputs - starts[:, None, None], 32).astype(np.int32)
+    return kh, height, width, ph, out_h, starts, picks.reshape(-1)
+
+
+def _backward_plane_picks(covers, out_plane):
+    """Average pooling's backward one plane a vector (:func:`_ave_pool_backward_plane_vectors`;
+    planes of at most 64 inputs and 16 outputs): ``picks[(c * terms + j) * 16 + l]``, input
+    16 c + l's j-th covering output (of :func:`_covering_outputs`; 16 for none, a zero term).
+    None for larger planes."""
+    in_plane, terms = covers.shape
+    if in_plane > 64 or out_plane > 16:
+        return None
+    chunks = -(-in_plane // 16)
+    picks = np.full((chunks * 16, terms), 16, np.int32)
+    picks[:in_plane] = np.where(covers < out_plane, covers, 16)
+    return picks.reshape(chunks, 16, terms).transpose(0, 2, 1).reshape(-1)
 
 
 def _covering_outputs(starts, offsets, in_plane):
@@ -679,6 +732,16 @@ ROW_PAIRS = WIDE
 vector, and planes at most 32 wide with rows of at most 16 outputs one row a vector (AVX-512
 only; after one plane a vector, before rows or plane lanes)."""
 
+BACKWARD_ROWS = WIDE
+"""Whether average pooling's backward goes by output rows where the window and width suit
+(:func:`_backward_rows`; AVX-512 only: each term of a row is one permute), before plane lanes."""
+
+BACKWARD_ROWS_WIDTHS = (9, 16)
+"""The planes' widths whose average pooling backward goes by output rows: a row one sixteen-lane
+vector, of which an 8-wide row would leave half idle (CIFAR10-quick's 8 x 8 pool3 alone, hot:
+0.09 ms by plane lanes, 0.11 by output rows, 0.14 two rows a vector). Wider rows in several
+vectors ran at 0.15 ms where one vector ran at 0.11 (its 16 x 16 pool2)."""
+
 BLOCKS_BY_WINDOW_ROWS = not WIDE
 """Whether 3 x 3 pooling of small planes goes by blocks of eight (max pooling by window rows;
 :func:`_by_blocks`; without AVX-512, where single rows and row pairs are not taken)."""
@@ -811,15 +874,27 @@ def _by_plane_lanes(constant, general, x, planes, height, width, kh, kw, tables,
     return kernel, (x, planes, height * width, width, *window, *tables, *outputs)
 
 
-def ave_pool_backward(dy, planes, taps, dx):
+def ave_pool_backward(dy, planes, taps, dx, x=None):
     """dx (overwritten) = for each input, the sum of dy / window size over the outputs whose
     windows hold it, in ascending output order (Caffe's order: it adds each output's share over
     its window, outputs in row-major order, into a zeroed dx); ``taps`` is :func:`window_taps`
-    of this geometry. While the kernel compiles in the background (:mod:`.tiered`), by its NumPy
-    reference."""
-    covers = taps[3]
+    of this geometry. Given the bottom data ``x``, dx goes through the backward of a ReLU on x
+    (:func:`~.relu.relu_backward`'s rule) as it is stored. Small planes go one plane a vector,
+    planes 9 to 16 wide under 3 x 3 or 2 x 2 windows at stride 2 by output rows (AVX-512), the
+    others by plane lanes. While the kernel compiles in the background (:mod:`.tiered`), by its
+    NumPy reference."""
+    sizes, covers, rows, plane_picks = taps[2], taps[3], taps[7], taps[8]
+    if PLANE_VECTORS and plane_picks is not None:
+        kernel = _AVE_POOL_BACKWARD_PLANE_VECTORS.get(covers.shape[1], _ave_pool_backward_plane_vectors_any)
+        call(kernel, numpy_references.ave_pool_backward_plane_vectors, dy, planes, sizes, covers, plane_picks, dx, x)
+        return
+    if BACKWARD_ROWS and rows is not None:
+        window, height, width, ph, out_h, starts, picks = rows
+        call(_AVE_POOL_BACKWARD_ROWS[window], numpy_references.ave_pool_backward_rows, dy, planes, height, width, ph,
+             out_h, sizes, covers, starts, picks, dx, x)
+        return
     kernel = _AVE_POOL_BACKWARD.get(covers.shape[1], (_ave_pool_backward_any, _ave_pool_backward_any_wide))
-    call(kernel[int(PLANE_LANES == 16)], numpy_references.ave_pool_backward, dy, planes, taps[2], covers, dx)
+    call(kernel[int(PLANE_LANES == 16)], numpy_references.ave_pool_backward, dy, planes, sizes, covers, dx, x)
 
 
 def max_pool_backward(dy, mask, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, dx):
@@ -1510,18 +1585,29 @@ def _halves8(v):
 
 
 @njit(cache=True, nogil=True, inline='always')
-def _ave_pool_backward(load, full, splat, halves, L, dy, planes, terms, sizes, covers, dx):
+def _masked_by_relu(load, t, x, at, zero, one):
+    """t times 1 where x[at + lane] > 0, else times 0 (the backward of the ReLU below,
+    :func:`~.relu.relu_backward`'s rule; x loaded by ``load``); t where x is None (a type of
+    its own: the kernels compile without the mask)."""
+    if x is not None:
+        return vmul(t, vwhere_gt(load(x, at), zero, one, zero))
+    return t
+
+
+@njit(cache=True, nogil=True, inline='always')
+def _ave_pool_backward(load, full, splat, halves, L, dy, planes, terms, sizes, covers, dx, x):
     """:func:`ave_pool_backward` L (8 or 16: ``halves`` splits a vector of that width in
     eight-lane halves) planes at a time as vector lanes: each output's share dy / size once,
     then every input gathers its ``terms`` shares (a fixed count, so the loop unrolls where it
     is a constant); eight inputs' vectors are transposed straight into their planes (each
     eight-lane half into eight planes), whose next group's lines are fetched for writing
     meanwhile (dx is seldom in the caches: CIFAR10-quick's pool2 backward in-net about 15%
-    faster)."""
+    faster), through the ReLU below's backward where x (its bottom data) is not None."""
     in_plane, out_plane = covers.shape[0], sizes.size
     shares = np.zeros((out_plane + 1) * L, np.float32)  # the last vector: the zero term
     spill = np.empty(L, np.float32)
     zero = full(np.float32(0.0))
+    zero8, one8 = vfull(np.float32(0.0)), vfull(np.float32(1.0))
     for first in range(0, planes, L):
         lanes = min(L, planes - first)
         _to_lanes(dy, first, lanes, out_plane, shares, L)
@@ -1547,48 +1633,201 @@ def _ave_pool_backward(load, full, splat, halves, L, dy, planes, terms, sizes, c
                     t = vtranspose(g[0][half], g[1][half], g[2][half], g[3][half], g[4][half], g[5][half],
                                    g[6][half], g[7][half])
                     for r in range(8):
-                        vstore(dx, base + (half * 8 + r) * in_plane + p, t[r])
+                        at = base + (half * 8 + r) * in_plane + p
+                        vstore(dx, at, _masked_by_relu(vload, t[r], x, at, zero8, one8))
                 p += 8
         for q in range(p, in_plane):
             vstore(spill, 0, _gathered(load, zero, L, shares, covers, q, terms))
             for lane in range(lanes):
-                dx[base + lane * in_plane + q] = spill[lane]
+                at = base + lane * in_plane + q
+                dx[at] = spill[lane] if x is None else spill[lane] * (np.float32(1.0) if x[at] > 0 else np.float32(0.0))
 
 
 # by the most outputs covering one input: 4 (3 x 3 windows at stride 2, 2 x 2 at stride 1),
 # 1 (windows that do not overlap, global pooling), any; eight or sixteen (``_wide``) planes
 @njit(cache=True, nogil=True)
-def _ave_pool_backward_4(dy, planes, sizes, covers, dx):
-    _ave_pool_backward(vload, vfull, vsplat, _halves8, 8, dy, planes, 4, sizes, covers, dx)
+def _ave_pool_backward_4(dy, planes, sizes, covers, dx, x):
+    _ave_pool_backward(vload, vfull, vsplat, _halves8, 8, dy, planes, 4, sizes, covers, dx, x)
 
 
 @njit(cache=True, nogil=True)
-def _ave_pool_backward_4_wide(dy, planes, sizes, covers, dx):
-    _ave_pool_backward(wload, wfull, wsplat, whalves, 16, dy, planes, 4, sizes, covers, dx)
+def _ave_pool_backward_4_wide(dy, planes, sizes, covers, dx, x):
+    _ave_pool_backward(wload, wfull, wsplat, whalves, 16, dy, planes, 4, sizes, covers, dx, x)
 
 
 @njit(cache=True, nogil=True)
-def _ave_pool_backward_1(dy, planes, sizes, covers, dx):
-    _ave_pool_backward(vload, vfull, vsplat, _halves8, 8, dy, planes, 1, sizes, covers, dx)
+def _ave_pool_backward_1(dy, planes, sizes, covers, dx, x):
+    _ave_pool_backward(vload, vfull, vsplat, _halves8, 8, dy, planes, 1, sizes, covers, dx, x)
 
 
 @njit(cache=True, nogil=True)
-def _ave_pool_backward_1_wide(dy, planes, sizes, covers, dx):
-    _ave_pool_backward(wload, wfull, wsplat, whalves, 16, dy, planes, 1, sizes, covers, dx)
+def _ave_pool_backward_1_wide(dy, planes, sizes, covers, dx, x):
+    _ave_pool_backward(wload, wfull, wsplat, whalves, 16, dy, planes, 1, sizes, covers, dx, x)
 
 
 @njit(cache=True, nogil=True)
-def _ave_pool_backward_any(dy, planes, sizes, covers, dx):
-    _ave_pool_backward(vload, vfull, vsplat, _halves8, 8, dy, planes, covers.shape[1], sizes, covers, dx)
+def _ave_pool_backward_any(dy, planes, sizes, covers, dx, x):
+    _ave_pool_backward(vload, vfull, vsplat, _halves8, 8, dy, planes, covers.shape[1], sizes, covers, dx, x)
 
 
 @njit(cache=True, nogil=True)
-def _ave_pool_backward_any_wide(dy, planes, sizes, covers, dx):
-    _ave_pool_backward(wload, wfull, wsplat, whalves, 16, dy, planes, covers.shape[1], sizes, covers, dx)
+def _ave_pool_backward_any_wide(dy, planes, sizes, covers, dx, x):
+    _ave_pool_backward(wload, wfull, wsplat, whalves, 16, dy, planes, covers.shape[1], sizes, covers, dx, x)
 
 
 _AVE_POOL_BACKWARD = {4: (_ave_pool_backward_4, _ave_pool_backward_4_wide),
                       1: (_ave_pool_backward_1, _ave_pool_backward_1_wide)}
+
+
+@njit(cache=True, nogil=True, inline='always')
+def _store_rows(k, s, terms, y, height, width, above, e0, e1, own, dx, at, x, zero, one):
+    """The plane rows y .. y + s - 1 (those inside the plane) that output row m holds (y, its
+    window's first row): a row that row m - 1's window holds too (the first k - s) adds m's
+    column terms e0, e1 to m - 1's sum ``above``, in Caffe's order; the next rows are m's sum
+    ``own``; rows under no window (k < s) are zero."""
+    for r in range(s):
+        if 0 <= y + r < height:
+            if r < k - s:
+                t = vadd(above, e0)
+                if terms == 2:
+                    t = vadd(t, e1)
+            elif r < k:
+                t = own
+            else:
+                t = zero
+            offset = at + (y + r) * width
+            wstore(dx, offset, _masked_by_relu(wload, t, x, offset, zero, one))
+
+
+@njit(cache=True, nogil=True, inline='always')
+def _plane_by_output_rows(k, s, terms, shares, height, width, ph, out_h, starts, picks, dx, at, x, zero, one):
+    """One plane's gradient, output row by output row: its column terms are permutes of the
+    plane's shares, and its sum, carried to the next output row, is the first term of the rows
+    the two windows share. Each row's sixteen lanes run past it into the next row, stored
+    after it."""
+    above = zero
+    for m in range(out_h):
+        low, high = wload(shares, starts[m]), wload(shares, starts[m] + 16)
+        e0 = wpick2(low, high, picks, m * terms * 16, zero)
+        own = vadd(zero, e0)
+        e1 = zero
+        if terms == 2:
+            e1 = wpick2(low, high, picks, (m * terms + 1) * 16, zero)
+            own = vadd(own, e1)
+        _store_rows(k, s, terms, m * s - ph, height, width, above, e0, e1, own, dx, at, x, zero, one)
+        above = own
+    _store_rows(k, s, terms, out_h * s - ph, height, width, above, zero, zero, zero, dx, at, x, zero, one)
+
+
+@njit(cache=True, nogil=True, inline='always')
+def _ave_pool_backward_rows(k, s, dy, planes, height, width, ph, out_h, sizes, starts, picks, dx, x):
+    """:func:`ave_pool_backward` by output rows (square k x k windows at stride s, k <= 2 s: a
+    row is held by at most two windows' rows, a column by at most two of a row's windows; the
+    tables of :func:`_backward_rows`), each row of a plane one sixteen-lane vector: a plane's
+    shares dy / size once, then per output row its column terms (permutes of the shares), its
+    sum, and the rows it holds, stored once each, through the ReLU below's backward where x
+    (its bottom data) is not None. The last plane, whose last row's vector would run past dx,
+    goes by way of a plane of scratch."""
+    terms = -(-k // s)
+    out_plane, in_plane = sizes.size, height * width
+    shares = np.zeros(out_plane + 32, np.float32)  # 32 past the last: every start's two vectors
+    scratch = np.zeros(in_plane + 16, np.float32)
+    zero, one = wfull(np.float32(0.0)), wfull(np.float32(1.0))
+    stored = min(height, max(0, (out_h + 1) * s - ph)) * width  # the rows below: under no window
+    for plane in range(planes):
+        o = 0
+        while o + 16 <= out_plane:
+            wstore(shares, o, vdiv(wload(dy, plane * out_plane + o), wload(sizes, o)))
+            o += 16
+        for q in range(o, out_plane):
+            shares[q] = dy[plane * out_plane + q] / sizes[q]
+        at = plane * in_plane
+        if plane < planes - 1:
+            _plane_by_output_rows(k, s, terms, shares, height, width, ph, out_h, starts, picks, dx, at, x, zero, one)
+        else:
+            _plane_by_output_rows(k, s, terms, shares, height, width, ph, out_h, starts, picks, scratch, 0, None, zero,
+                                  one)
+            for q in range(stored):
+                dx[at + q] = scratch[q] if x is None else scratch[q] * (np.float32(1.0) if x[at + q] > 0
+                                                                         else np.float32(0.0))
+        for q in range(at + stored, at + in_plane):
+            dx[q] = np.float32(0.0)
+
+
+# by the window, at stride 2 (``covers``: for the reference only)
+@njit(cache=True, nogil=True, error_model='numpy')
+def _ave_pool_backward_rows_3x3(dy, planes, height, width, ph, out_h, sizes, covers, starts, picks, dx, x):
+    _ave_pool_backward_rows(3, 2, dy, planes, height, width, ph, out_h, sizes, starts, picks, dx, x)
+
+
+@njit(cache=True, nogil=True, error_model='numpy')
+def _ave_pool_backward_rows_2x2(dy, planes, height, width, ph, out_h, sizes, covers, starts, picks, dx, x):
+    _ave_pool_backward_rows(2, 2, dy, planes, height, width, ph, out_h, sizes, starts, picks, dx, x)
+
+
+_AVE_POOL_BACKWARD_ROWS = {3: _ave_pool_backward_rows_3x3, 2: _ave_pool_backward_rows_2x2}
+
+
+@njit(cache=True, nogil=True, inline='always')
+def _gathered_plane(shares, terms, picks, chunks, dx, at, x, zero, one):
+    """One plane's gradient, sixteen inputs a vector: each input's ``terms`` covering shares
+    (permutes of the plane's shares; a pick of 16 or more is a zero term) added in order."""
+    for c in range(chunks):
+        total = zero
+        for j in range(terms):
+            total = vadd(total, wpermute2(shares, zero, picks, (c * terms + j) * 16))
+        wstore(dx, at + 16 * c, _masked_by_relu(wload, total, x, at + 16 * c, zero, one))
+
+
+@njit(cache=True, nogil=True, inline='always')
+def _ave_pool_backward_plane_vectors(terms, dy, planes, sizes, in_plane, picks, dx, x):
+    """:func:`ave_pool_backward` one plane a vector (AVX-512; :func:`_backward_plane_picks`):
+    a plane's shares are one sixteen-lane vector, dy / size, and each vector of sixteen inputs
+    adds its inputs' covering shares picked from it (CIFAR10-quick's 8 x 8 pool3 alone, hot:
+    0.09 ms by plane lanes, 0.06 this way), through the ReLU below's backward where x is not
+    None. Each plane's last vector runs into the next plane, stored after it; the last plane
+    goes by way of scratch."""
+    out_plane = sizes.size
+    chunks = -(-in_plane // 16)
+    zero, one = wfull(np.float32(0.0)), wfull(np.float32(1.0))
+    divisors = np.ones(16, np.float32)
+    divisors[:out_plane] = sizes
+    last = np.zeros(16, np.float32)
+    scratch = np.zeros(chunks * 16, np.float32)
+    for plane in range(planes):
+        at = plane * out_plane
+        if at + 16 <= dy.size:
+            shares = vdiv(wload(dy, at), wload(divisors, 0))
+        else:
+            last[:out_plane] = dy[at:at + out_plane]
+            shares = vdiv(wload(last, 0), wload(divisors, 0))
+        at = plane * in_plane
+        if at + chunks * 16 <= dx.size:
+            _gathered_plane(shares, terms, picks, chunks, dx, at, x, zero, one)
+        else:
+            _gathered_plane(shares, terms, picks, chunks, scratch, 0, None, zero, one)
+            for q in range(in_plane):
+                dx[at + q] = scratch[q] if x is None else scratch[q] * (np.float32(1.0) if x[at + q] > 0
+                                                                         else np.float32(0.0))
+
+
+# by the most outputs covering one input, as _AVE_POOL_BACKWARD
+@njit(cache=True, nogil=True, error_model='numpy')
+def _ave_pool_backward_plane_vectors_4(dy, planes, sizes, covers, picks, dx, x):
+    _ave_pool_backward_plane_vectors(4, dy, planes, sizes, covers.shape[0], picks, dx, x)
+
+
+@njit(cache=True, nogil=True, error_model='numpy')
+def _ave_pool_backward_plane_vectors_1(dy, planes, sizes, covers, picks, dx, x):
+    _ave_pool_backward_plane_vectors(1, dy, planes, sizes, covers.shape[0], picks, dx, x)
+
+
+@njit(cache=True, nogil=True, error_model='numpy')
+def _ave_pool_backward_plane_vectors_any(dy, planes, sizes, covers, picks, dx, x):
+    _ave_pool_backward_plane_vectors(covers.shape[1], dy, planes, sizes, covers.shape[0], picks, dx, x)
+
+
+_AVE_POOL_BACKWARD_PLANE_VECTORS = {4: _ave_pool_backward_plane_vectors_4, 1: _ave_pool_backward_plane_vectors_1}
 
 
 @njit(cache=True, inline='always')

@@ -145,7 +145,9 @@ class PoolingLayer(Layer):
                                     *dx.shape[2:], *self._args(), *self.out_hw, dx[lo:hi].reshape(-1))
                 self.mask_relu_below(bottom, 0, lo, hi)
         else:
+            x = bottom[0].data if self.relu_below == 0 else None  # the ReLU below: masked as dx is stored
+
             def images(lo, hi):
-                K.ave_pool_backward(dy[lo:hi].reshape(-1), (hi - lo) * dx.shape[1], self._taps, dx[lo:hi].reshape(-1))
-                self.mask_relu_below(bottom, 0, lo, hi)
+                K.ave_pool_backward(dy[lo:hi].reshape(-1), (hi - lo) * dx.shape[1], self._taps, dx[lo:hi].reshape(-1),
+                                    None if x is None else x[lo:hi].reshape(-1))
         for_images(images, dx.shape[0], dx[0].size, SERIAL_BELOW)

@@ -115,18 +115,28 @@ def test_weight_transforms(r, groups, flip):
     assert ours == theirs
 
 
+@pytest.mark.parametrize('relu', [False, True], ids=['plain', 'relu-below'])
+@pytest.mark.parametrize('lanes', [False, True], ids=['default', 'plane-lanes'])
 @pytest.mark.parametrize('geometry', [  # (H, W, kernel, pad, stride): inputs under 4, 1, 9 outputs
     (16, 16, 3, 1, 2), (8, 8, 2, 0, 2), (7, 9, 3, 1, 1), (13, 13, 3, 0, 2)])
-def test_average_pooling_backward(geometry):
+def test_average_pooling_backward(geometry, lanes, relu, monkeypatch):
+    """The way each geometry takes (one plane a vector or by output rows on AVX-512 where they
+    suit), and by plane lanes; with the backward of a ReLU below (x with NaN, infinities and signed
+    zeros) applied as dx is stored."""
     height, width, k, pad, stride = geometry
     out_h = -(-(height + 2 * pad - k) // stride) + 1
     out_w = -(-(width + 2 * pad - k) // stride) + 1
+    if lanes:
+        monkeypatch.setattr(pooling, 'BACKWARD_ROWS', False)
+        monkeypatch.setattr(pooling, 'PLANE_VECTORS', False)
     taps = pooling.window_taps(height, width, k, k, pad, pad, stride, stride, out_h, out_w)
     planes = 21  # one group of sixteen planes and five left over
-    dy = _values(np.random.default_rng(height * k), planes * out_h * out_w)
-    ours, theirs = _both(lambda *args: pooling.ave_pool_backward(*args[:2], taps, args[-1]),
-                         references.ave_pool_backward, [planes * height * width],
-                         lambda out: (dy, planes, taps[2], taps[3], out))
+    rng = np.random.default_rng(height * k)
+    dy = _values(rng, planes * out_h * out_w)
+    x = _values(rng, planes * height * width)
+    ours, theirs = _both(lambda dx: pooling.ave_pool_backward(dy, planes, taps, dx, x if relu else None),
+                         lambda dx: references.ave_pool_backward(dy, planes, taps[2], taps[3], dx, x if relu else None),
+                         [planes * height * width], lambda dx: (dx,))
     assert ours == theirs
 
 

@@ -1,7 +1,8 @@
 """The pooling kernels' ways through the planes that the layer tests do not pick out: max
 pooling by single rows by window rows (AVX-512) and by blocks by window rows (eight lanes),
 average pooling by blocks (eight lanes), the ReLU the small-plane kernels apply as they
-store, and the 2 x 2 max pooling's backward by gathering. (Every way against Caffe's
+store, the 2 x 2 max pooling's backward by gathering, and average pooling's backward by output
+rows (AVX-512) with the ReLU below it. (Every way against Caffe's
 definition: tests/layers/test_vision.py; against the NumPy references, NaN included:
 test_numpy_references.py.)"""
 import numpy as np
@@ -178,3 +179,48 @@ def test_max_pooling_backward_by_gathering_gives_caffes_bits(geometry, floor):
     gathered, _ = _both(pooling._max_pool_gather, references.max_pool_backward, [planes * height * width],
                         lambda dx: (dy, mask, planes, height * width, out_h * out_w, dx, width, out_w))
     assert gathered == theirs
+
+
+BY_OUTPUT_ROWS = [(16, 16, 3, 0, 2), (8, 9, 3, 0, 2), (15, 15, 3, 1, 2), (9, 12, 3, 0, 2), (11, 16, 3, 1, 2),
+                  (16, 13, 3, 2, 2), (13, 13, 2, 0, 2), (12, 10, 2, 0, 2), (17, 15, 2, 1, 2), (3, 9, 3, 0, 2)]
+"""(H, W, kernel, pad, stride) whose average pooling backward can go by output rows: rows that
+two windows hold and rows that one holds, windows over the padding, a pad as large as the
+stride, odd and even sizes, one window over a three-row plane; widths 9 to 16."""
+
+BY_PLANE_VECTORS = [(8, 8, 3, 0, 2), (7, 7, 3, 1, 2), (6, 6, 2, 0, 2), (4, 4, 3, 1, 1), (6, 9, 3, 0, 2),
+                    (3, 9, 3, 0, 2), (5, 3, 5, 2, 3)]
+"""... whose average pooling backward can go one plane a vector (at most 64 inputs and 16
+outputs): inputs under 4, 1 and 9 outputs, planes of four vectors and of parts of one."""
+
+
+def _average_backward_ways():
+    return ([('output-rows', g) for g in BY_OUTPUT_ROWS] + [('plane-vectors', g) for g in BY_PLANE_VECTORS]
+            + [('plane-lanes', g) for g in BY_OUTPUT_ROWS + BY_PLANE_VECTORS])
+
+
+@pytest.mark.parametrize('floor', [False, True])
+@pytest.mark.parametrize('way,geometry', _average_backward_ways())
+def test_average_pooling_backward_ways_give_caffes_bits(way, geometry, floor, monkeypatch):
+    """Each way average pooling's backward goes (the others turned off: one plane a vector and by
+    output rows, AVX-512 only, and plane lanes) against Caffe's scatter in NumPy (NaN,
+    infinities and signed zeros in dy); with the ReLU below (x with NaN and signed zeros too) as
+    relu_backward gives it after the plain backward; 21 planes, the last through scratch.
+    ``floor``: round_mode FLOOR's outputs, which can leave the last rows and columns under no
+    window (+0)."""
+    if way != 'plane-lanes' and not pooling.WIDE:
+        pytest.skip('one plane a vector and by output rows: AVX-512 only')
+    monkeypatch.setattr(pooling, 'PLANE_VECTORS', way == 'plane-vectors')
+    monkeypatch.setattr(pooling, 'BACKWARD_ROWS', way == 'output-rows')
+    planes, x, args = _pool_case(geometry, 13 + floor)
+    height, width, kh, kw, ph, pw, sh, sw, out_h, out_w = args
+    if floor:
+        out_h, out_w = (height + 2 * ph - kh) // sh + 1, (width + 2 * pw - kw) // sw + 1
+        args = args[:-2] + (out_h, out_w)
+    taps = pooling.window_taps(*args)
+    assert taps[{'output-rows': 7, 'plane-vectors': 8}.get(way, 3)] is not None
+    dy = _values(np.random.default_rng(17), planes * out_h * out_w)
+    for below in (None, x):
+        ours, theirs = _both(lambda dx: pooling.ave_pool_backward(dy, planes, taps, dx, below),
+                             lambda dx: references.ave_pool_backward(dy, planes, taps[2], taps[3], dx, below),
+                             [planes * height * width], lambda dx: (dx,))
+        assert ours == theirs
