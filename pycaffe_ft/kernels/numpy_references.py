@@ -26,7 +26,8 @@ from .solver_update import L1, L2
 
 __all__ = ['to_channels_last', 'from_channels_last', 'tile_transform', 'tile_inverse', 'convolve_images',
            'weight_products', 'weight_tiles', 'weight_gradient_from_tiles', 'max_pool_caffe', 'ave_pool_caffe',
-           'max_pool_backward', 'ave_pool_backward', 'pad_planes', 'columns', 'lrn_across_forward',
+           'max_pool_backward', 'ave_pool_backward', 'ave_pool_backward_plane_vectors', 'ave_pool_backward_rows',
+           'pad_planes', 'columns', 'lrn_across_forward',
            'lrn_across_backward', 'relu_forward', 'relu_backward', 'softmax_loss_backward', 'sgd', 'nesterov',
            'adagrad', 'rmsprop', 'adadelta', 'adam']
 
@@ -267,15 +268,18 @@ def ave_pool_caffe(x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_
 
 
 @_quietly
-def max_pool_backward(dy, mask, planes, in_plane, out_plane, dx, *geometry):
+def max_pool_backward(dy, mask, planes, in_plane, out_plane, dx, x, *geometry):
     """:func:`.pooling.max_pool_backward`: dx from zero, each dy added at its argmax, outputs in
-    row-major order (np.add.at adds in the order given). ``geometry``: the gathering kernel's
-    further arguments, which the masks make needless here."""
+    row-major order (np.add.at adds in the order given); then, given x, the backward of the ReLU
+    below (x its bottom data). ``geometry``: the other kernels' further arguments, which the
+    masks make needless here."""
     where = mask[:planes * out_plane].reshape(planes, out_plane).astype(np.int64)
     taken = where >= 0
     dx[:planes * in_plane] = 0.0
     np.add.at(dx, (np.arange(planes).reshape(-1, 1) * in_plane + where)[taken],
               dy[:planes * out_plane].reshape(planes, out_plane)[taken])
+    if x is not None:
+        relu_backward(x[:planes * in_plane], dx[:planes * in_plane], dx[:planes * in_plane])
 
 
 @_quietly

@@ -137,16 +137,15 @@ class PoolingLayer(Layer):
         if self.method == _P.STOCHASTIC and self.phase != caffe_pb2.TRAIN:
             raise self.error('STOCHASTIC pooling has no backward in TEST phase (as in Caffe)')
         dy, dx = top[0].diff, bottom[0].diff
+        x = bottom[0].data if self.relu_below == 0 else None  # the ReLU below: masked as dx is stored
         if self.method in (_P.MAX, _P.STOCHASTIC):
             mask = top[1].data if len(top) > 1 else self._mask
 
             def images(lo, hi):
                 K.max_pool_backward(dy[lo:hi].reshape(-1), mask[lo:hi].reshape(-1), (hi - lo) * dx.shape[1],
-                                    *dx.shape[2:], *self._args(), *self.out_hw, dx[lo:hi].reshape(-1))
-                self.mask_relu_below(bottom, 0, lo, hi)
+                                    *dx.shape[2:], *self._args(), *self.out_hw, dx[lo:hi].reshape(-1),
+                                    None if x is None else x[lo:hi].reshape(-1))
         else:
-            x = bottom[0].data if self.relu_below == 0 else None  # the ReLU below: masked as dx is stored
-
             def images(lo, hi):
                 K.ave_pool_backward(dy[lo:hi].reshape(-1), (hi - lo) * dx.shape[1], self._taps, dx[lo:hi].reshape(-1),
                                     None if x is None else x[lo:hi].reshape(-1))

@@ -169,15 +169,22 @@ def test_pooling_forwards(geometry):
     assert ours == theirs
 
 
+@pytest.mark.parametrize('relu', [False, True], ids=['plain', 'relu-below'])
 @pytest.mark.parametrize('geometry', POOLS)
-def test_max_pooling_backward(geometry):
+def test_max_pooling_backward(geometry, relu):
+    """The scatter, and the way max_pool_backward takes for each geometry; with the backward of
+    a ReLU below."""
     planes, x, args = _pool_case(geometry, 7)
     out_plane = args[-2] * args[-1]
     y, mask = np.empty(planes * out_plane, np.float32), np.empty(planes * out_plane, np.float32)
     references.max_pool_caffe(x, planes, *args, y, mask)
     dy = _values(np.random.default_rng(3), planes * out_plane)
+    below = x if relu else None
     ours, theirs = _both(pooling._max_pool_backward, references.max_pool_backward, [planes * args[0] * args[1]],
-                         lambda dx: (dy, mask, planes, args[0] * args[1], out_plane, dx))
+                         lambda dx: (dy, mask, planes, args[0] * args[1], out_plane, dx, below))
+    assert ours == theirs
+    ours, _ = _both(lambda dx: pooling.max_pool_backward(dy, mask, planes, *args, dx, below), lambda dx: None,
+                    [planes * args[0] * args[1]], lambda dx: (dx,))
     assert ours == theirs
 
 

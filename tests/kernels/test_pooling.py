@@ -172,13 +172,15 @@ def test_max_pooling_backward_by_gathering_gives_caffes_bits(geometry, floor):
     y, mask = np.empty(size, np.float32), np.empty(size, np.float32)
     references.max_pool_caffe(x, planes, *args, y, mask)
     dy = _values(np.random.default_rng(5), size)
-    ours, theirs = _both(lambda dx: pooling.max_pool_backward(dy, mask, planes, *args, dx),
-                         lambda dx: references.max_pool_backward(dy, mask, planes, height * width, out_h * out_w, dx),
-                         [planes * height * width], lambda dx: (dx,))
-    assert ours == theirs
-    gathered, _ = _both(pooling._max_pool_gather, references.max_pool_backward, [planes * height * width],
-                        lambda dx: (dy, mask, planes, height * width, out_h * out_w, dx, width, out_w))
-    assert gathered == theirs
+    for below in (None, x):  # and with the ReLU below
+        ours, theirs = _both(lambda dx: pooling.max_pool_backward(dy, mask, planes, *args, dx, below),
+                             lambda dx: references.max_pool_backward(dy, mask, planes, height * width, out_h * out_w,
+                                                                     dx, below),
+                             [planes * height * width], lambda dx: (dx,))
+        assert ours == theirs
+        gathered, _ = _both(pooling._max_pool_gather, references.max_pool_backward, [planes * height * width],
+                            lambda dx: (dy, mask, planes, height * width, out_h * out_w, dx, below, width, out_w))
+        assert gathered == theirs
 
 
 BY_OUTPUT_ROWS = [(16, 16, 3, 0, 2), (8, 9, 3, 0, 2), (15, 15, 3, 1, 2), (9, 12, 3, 0, 2), (11, 16, 3, 1, 2),
