@@ -27,9 +27,8 @@ from .solver_update import L1, L2
 __all__ = ['to_channels_last', 'from_channels_last', 'tile_transform', 'tile_inverse', 'convolve_images',
            'weight_products', 'weight_tiles', 'weight_gradient_from_tiles', 'max_pool_caffe', 'ave_pool_caffe',
            'max_pool_backward', 'ave_pool_backward', 'ave_pool_backward_plane_vectors', 'ave_pool_backward_rows',
-           'pad_planes', 'columns', 'lrn_across_forward',
-           'lrn_across_backward', 'relu_forward', 'relu_backward', 'softmax_loss_backward', 'sgd', 'nesterov',
-           'adagrad', 'rmsprop', 'adadelta', 'adam']
+           'pad_planes', 'columns', 'lrn_across_forward', 'lrn_across_backward', 'relu_forward', 'relu_backward',
+           'softmax_loss_backward', 'sgd', 'nesterov', 'adagrad', 'rmsprop', 'adadelta', 'adam']
 
 _F32 = np.float32
 

@@ -38,8 +38,8 @@ Six ways through the planes:
   Max pooling rows of up to ``PAIRS_UP_TO`` (8) outputs go two rows a sixteen-lane vector where
   both rows' windows lie inside the image's rows (AlexNet's 6-wide pool5 forward in-net 0.46 ->
   0.41 ms, against 0.51 by sixteen plane lanes).
-- **Plane lanes** (the backward of average pooling elsewhere, and the forward of small planes or other
-  strides): eight planes (sixteen with AVX-512, ``PLANE_LANES``) are transposed into the lanes
+- **Plane lanes** (the forward of small planes or other strides, and the backward of average
+  pooling where the next way does not go): eight planes (sixteen with AVX-512, ``PLANE_LANES``) are transposed into the lanes
   of one vector (8 x 8 transposes), so every output, at the edges too, is one vector sum or
   compare-and-select chain over its window's taps: from the table at the edges, at constant
   steps from the first tap where the window is inside the image (3 x 3 and 2 x 2 windows
@@ -915,10 +915,18 @@ def max_pool_backward(dy, mask, planes, height, width, kh, kw, ph, pw, sh, sw, o
 
 @njit(cache=True, nogil=True, inline='always')
 def _mask_plane_by_relu(dx, x, at, size):
-    """dx[at:at + size] times (x > 0) (:func:`~.relu.relu_backward`'s rule) where x is not None."""
+    """dx[at:at + size] times 1 where x > 0, else times 0 (the backward of the ReLU below,
+    :func:`~.relu.relu_backward`'s rule), eight at a time, where x is not None (a type of its
+    own: the kernels compile without it). (As a plain loop, which LLVM did not vectorize, it
+    made the max pooling backward slower than the ReLU's own pass after it.)"""
     if x is not None:
-        for p in range(at, at + size):
-            dx[p] = dx[p] * (np.float32(1.0) if x[p] > 0 else np.float32(0.0))
+        zero, one = vfull(np.float32(0.0)), vfull(np.float32(1.0))
+        p = at
+        while p + 8 <= at + size:
+            vstore(dx, p, vmul(vload(dx, p), vwhere_gt(vload(x, p), zero, one, zero)))
+            p += 8
+        for q in range(p, at + size):
+            dx[q] = dx[q] * (np.float32(1.0) if x[q] > 0 else np.float32(0.0))
 
 
 @njit(cache=True, nogil=True, inline='always')
@@ -1761,7 +1769,7 @@ def _ave_pool_backward_rows(k, s, dy, planes, height, width, ph, out_h, sizes, s
         else:
             _plane_by_output_rows(k, s, terms, shares, height, width, ph, out_h, starts, picks, scratch, 0, None, zero,
                                   one)
-            for q in range(stored):
+            for q in range(stored):  # (not through _mask_plane_by_relu: a slower loop of planes)
                 dx[at + q] = scratch[q] if x is None else scratch[q] * (np.float32(1.0) if x[at + q] > 0
                                                                          else np.float32(0.0))
         for q in range(at + stored, at + in_plane):
@@ -1821,7 +1829,7 @@ def _ave_pool_backward_plane_vectors(terms, dy, planes, sizes, in_plane, picks, 
             _gathered_plane(shares, terms, picks, chunks, dx, at, x, zero, one)
         else:
             _gathered_plane(shares, terms, picks, chunks, scratch, 0, None, zero, one)
-            for q in range(in_plane):
+            for q in range(in_plane):  # (as in _ave_pool_backward_rows)
                 dx[at + q] = scratch[q] if x is None else scratch[q] * (np.float32(1.0) if x[at + q] > 0
                                                                          else np.float32(0.0))
 
@@ -1843,7 +1851,6 @@ def _ave_pool_backward_plane_vectors_any(dy, planes, sizes, covers, picks, dx, x
 
 
 _AVE_POOL_BACKWARD_PLANE_VECTORS = {4: _ave_pool_backward_plane_vectors_4, 1: _ave_pool_backward_plane_vectors_1}
-
 
 
 @njit(cache=True, inline='always')
