@@ -116,19 +116,23 @@ def test_weight_transforms(r, groups, flip):
 
 
 @pytest.mark.parametrize('relu', [False, True], ids=['plain', 'relu-below'])
-@pytest.mark.parametrize('lanes', [False, True], ids=['default', 'plane-lanes'])
+@pytest.mark.parametrize('lanes', [None, 16, 8], ids=['default', 'plane-lanes', 'eight-plane-lanes'])
 @pytest.mark.parametrize('geometry', [  # (H, W, kernel, pad, stride): inputs under 4, 1, 9 outputs
     (16, 16, 3, 1, 2), (8, 8, 2, 0, 2), (7, 9, 3, 1, 1), (13, 13, 3, 0, 2)])
 def test_average_pooling_backward(geometry, lanes, relu, monkeypatch):
     """The way each geometry takes (one plane a vector or by output rows on AVX-512 where they
-    suit), and by plane lanes; with the backward of a ReLU below (x with NaN, infinities and signed
-    zeros) applied as dx is stored."""
+    suit), and by plane lanes, sixteen planes a vector (AVX-512) and eight (the kernels of CPUs
+    without it); with the backward of a ReLU below (x with NaN, infinities and signed zeros)
+    applied as dx is stored."""
+    if lanes == 16 and not pooling.WIDE:
+        pytest.skip('sixteen plane lanes: AVX-512 only')
     height, width, k, pad, stride = geometry
     out_h = -(-(height + 2 * pad - k) // stride) + 1
     out_w = -(-(width + 2 * pad - k) // stride) + 1
     if lanes:
         monkeypatch.setattr(pooling, 'BACKWARD_ROWS', False)
         monkeypatch.setattr(pooling, 'PLANE_VECTORS', False)
+        monkeypatch.setattr(pooling, 'PLANE_LANES', lanes)
     taps = pooling.window_taps(height, width, k, k, pad, pad, stride, stride, out_h, out_w)
     planes = 21  # one group of sixteen planes and five left over
     rng = np.random.default_rng(height * k)
