@@ -1,9 +1,10 @@
 """The pooling kernels' ways through the planes that the layer tests do not pick out: max
 pooling by single rows by window rows (AVX-512) and by blocks by window rows (eight lanes),
 average pooling by blocks (eight lanes), the ReLU the small-plane kernels apply as they
-store, the 2 x 2 max pooling's backward by gathering, and average pooling's backward by output
-rows (AVX-512) with the ReLU below it. (Every way against Caffe's
-definition: tests/layers/test_vision.py; against the NumPy references, NaN included:
+store, the 2 x 2 max pooling's backward by gathering, average pooling's backward by output rows
+and one plane a vector (AVX-512) and by plane lanes, and the backward of the ReLU below that
+every pooling backward applies. (Every way against Caffe's definition:
+tests/layers/test_vision.py; against the NumPy references, NaN included:
 test_numpy_references.py.)"""
 import numpy as np
 import pytest
@@ -191,8 +192,9 @@ stride, odd and even sizes, one window over a three-row plane; widths 9 to 16.""
 
 BY_PLANE_VECTORS = [(8, 8, 3, 0, 2), (7, 7, 3, 1, 2), (6, 6, 2, 0, 2), (4, 4, 3, 1, 1), (6, 9, 3, 0, 2),
                     (3, 9, 3, 0, 2), (5, 3, 5, 2, 3)]
-"""... whose average pooling backward can go one plane a vector (at most 64 inputs and 16
-outputs): inputs under 4, 1 and 9 outputs, planes of four vectors and of parts of one."""
+"""(H, W, kernel, pad, stride) whose average pooling backward can go one plane a vector (at most
+64 inputs and 16 outputs): inputs under 4, 1 and 9 outputs, planes of four vectors and of parts
+of one."""
 
 
 def _average_backward_ways():
