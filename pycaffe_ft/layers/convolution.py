@@ -4,7 +4,7 @@ import numpy as np
 from ..intra_op import gemm, image_chunks, matmul, num_threads, run_chunks, scratch, sum_in_chunk_order
 from ..kernels.direct_conv import direct_forward, direct_weight_gradient, weight_gradient_reference_ahead
 from ..kernels.im2col import columns, columns_function, crop_planes, pad_planes
-from ..kernels.im2col_chunks import backward_chunk, backward_chunk_ahead
+from ..kernels.im2col_chunks import backward_chunk, backward_chunk_ahead, patch_row_length
 from ..kernels.simd import WIDE
 from ..kernels.small_gemm import batched_gemm_function, run_batched_gemm
 from ..kernels.tiered import await_ahead
@@ -503,7 +503,7 @@ class ConvolutionLayer(BaseConvolutionLayer):
         weights = self.blobs[0].data.reshape(-1)
         c, o, k = self.channels, self.num_output, weights.size // self.num_output
         plane = self.out_hw[0] * self.out_hw[1]
-        lanes = -(-o // 16) * 16  # the top diff's channels position-major, padded with zeros
+        row_length = patch_row_length(k, self.kernel[1])
         (h, w), (ph, pw) = self.in_hw, self.pad
         geometry = (c, h + 2 * ph, w + 2 * pw) + self.kernel + self.stride + self.dilation + tuple(self.out_hw)
         gemm, lower = batched_gemm_function(), columns_function(self.stride[1], self.out_hw[1])
@@ -511,15 +511,15 @@ class ConvolutionLayer(BaseConvolutionLayer):
 
         def chunk(lo, hi):
             n, positions = hi - lo, (hi - lo) * plane
-            w_part = np.empty((k, lanes) if need_w else 0, np.float32)
+            w_part = np.empty((o, row_length) if need_w else 0, np.float32)
             bias_part = np.empty(o if need_b else 0, np.float32)
             grad = (scratch('conv_pad_diff', n * c * geometry[1] * geometry[2]) if ph or pw
                     else dx_flat[lo:hi].reshape(-1))
             backward_chunk(self._padded(x[lo:hi])[0] if need_w else x[lo:hi].reshape(-1), dy[lo:hi].reshape(-1), n,
-                           *geometry, weights, o, need_w, lanes, w_part.reshape(-1), need_b, bias_part, down, grad,
-                           scratch('conv_col', k * positions),
-                           scratch('conv_dy_rows', positions * lanes if need_w else 1),
-                           scratch('conv_out', o * positions if down else 1), gemm, lower)
+                           *geometry, weights, o, need_w, row_length, w_part.reshape(-1), need_b, bias_part, down,
+                           grad, scratch('conv_col', k * positions if down else 1),
+                           scratch('conv_patch_rows', positions * row_length if need_w else 1),
+                           scratch('conv_out', o * positions), gemm, lower)
             if down:
                 if ph or pw:
                     crop_planes(grad, n * c, h, w, ph, pw, dx_flat[lo:hi].reshape(-1))
@@ -528,7 +528,7 @@ class ConvolutionLayer(BaseConvolutionLayer):
         await_ahead(backward_chunk)
         w_parts, bias_parts = zip(*run_chunks(chunk, chunks))
         if need_w:
-            self.blobs[0].diff.reshape(o, k)[...] += sum_in_chunk_order(w_parts)[:, :o].T
+            self.blobs[0].diff.reshape(o, k)[...] += sum_in_chunk_order(w_parts)[:, :k]
         if need_b:
             self.blobs[1].diff[...] += sum_in_chunk_order(bias_parts)
 
