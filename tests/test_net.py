@@ -356,6 +356,12 @@ layer { name: "relu_ave" type: "ReLU" bottom: "avepool" top: "avepool" }
 layer { name: "leaky" type: "Convolution" bottom: "avepool" top: "leaky"
         convolution_param { num_output: 8 kernel_size: 1 weight_filler { type: "gaussian" std: 0.3 } } }
 layer { name: "relu_leaky" type: "ReLU" bottom: "leaky" top: "leaky" relu_param { negative_slope: 0.1 } }
+layer { name: "ip" type: "InnerProduct" bottom: "leaky" top: "ip"
+        inner_product_param { num_output: 16 weight_filler { type: "gaussian" std: 0.3 }
+                              bias_filler { type: "gaussian" std: 0.3 } } }
+layer { name: "relu_ip" type: "ReLU" bottom: "ip" top: "ip" }
+layer { name: "ip2" type: "InnerProduct" bottom: "ip" top: "ip2"
+        inner_product_param { num_output: 4 weight_filler { type: "gaussian" std: 0.3 } } }
 '''
 
 
@@ -376,8 +382,8 @@ def _assert_same_parameter_bits(net, other, data=True):
 
 
 def test_a_relu_in_place_is_applied_by_the_layer_before_it_with_the_same_bits(monkeypatch):
-    """Convolution (direct, im2col, Winograd) and MAX/AVE pooling write their top through the
-    in-place ReLU after them in a whole pass: every blob as layer-by-layer runs give it (a
+    """Convolution (direct, im2col, Winograd), MAX/AVE pooling and InnerProduct write their top
+    through the in-place ReLU after them in a whole pass: every blob as layer-by-layer runs give it (a
     forward hook turns the fusing off), the ReLU layers' own forward not called; a leaky ReLU
     is not fused; a pass that ends at the convolution keeps its output."""
     from pycaffe_ft.layers.neuron import ReLULayer
@@ -398,7 +404,7 @@ def test_a_relu_in_place_is_applied_by_the_layer_before_it_with_the_same_bits(mo
     assert calls == ['relu_leaky']
     for name in net.blobs:
         assert net.blobs[name].data.tobytes() == reference.blobs[name].data.tobytes(), name
-    assert (net.blobs['direct'].data == 0).any()
+    assert (net.blobs['direct'].data == 0).any() and (net.blobs['ip'].data == 0).any()
     net.forward(end='direct')
     assert (net.blobs['direct'].data < 0).any()
 
@@ -467,7 +473,7 @@ def test_batchnorm_scale_and_eltwise_apply_the_relu_in_place_after_them_with_the
 
 def test_a_relu_in_place_is_masked_by_the_backward_of_the_layer_above_it_with_the_same_bits(monkeypatch):
     """Backward: the layer reading a ReLU's in-place top (Convolution by im2col, with a direct
-    weight gradient and by Winograd, MAX and AVE pooling) multiplies the diff it writes by the
+    weight gradient and by Winograd, MAX and AVE pooling, InnerProduct) multiplies the diff it writes by the
     ReLU's mask: every data and parameter diff as layer-by-layer runs give it (a
     before-backward hook turns the fusing off), the ReLU layers' own backward not called (the
     leaky one's is), their after-backward hooks still called in order."""
@@ -475,7 +481,7 @@ def test_a_relu_in_place_is_masked_by_the_backward_of_the_layer_above_it_with_th
     nets = [Net(FUSED_RELUS, caffe.TRAIN), Net(FUSED_RELUS, caffe.TRAIN)]
     _copy_parameters(*nets)
     rng = np.random.default_rng(4)
-    data, top_diff = rng.standard_normal(nets[0].blobs['data'].shape), rng.standard_normal(nets[0].blobs['leaky'].shape)
+    data, top_diff = rng.standard_normal(nets[0].blobs['data'].shape), rng.standard_normal(nets[0].blobs['ip2'].shape)
     nets[1].before_backward(lambda i: None)  # something looks between layers
     after = []
     nets[0].after_backward(after.append)
@@ -488,11 +494,11 @@ def test_a_relu_in_place_is_masked_by_the_backward_of_the_layer_above_it_with_th
         calls.clear()
         net.blobs['data'].data[...] = data
         net.forward()
-        net.blobs['leaky'].diff[...] = top_diff
+        net.blobs['ip2'].diff[...] = top_diff
         net.backward()
         called.append(list(calls))
     assert called == [['relu_leaky'],
-                      ['relu_leaky', 'relu_ave', 'relu_winograd', 'relu_im2col', 'relu_max', 'relu_direct']]
+                      ['relu_ip', 'relu_leaky', 'relu_ave', 'relu_winograd', 'relu_im2col', 'relu_max', 'relu_direct']]
     assert after == list(range(len(nets[0].layers)))[::-1]
     for name in nets[0].blobs:
         assert nets[0].blobs[name].diff.tobytes() == nets[1].blobs[name].diff.tobytes(), name

@@ -21,6 +21,13 @@ skipped. Batch 16, caches evicted first, clear + BLAS against written whole: Ale
 fc8 3.3 -> 1.7 ms on one. Smaller layers keep BLAS (their clear is cheap, and the product's
 first compile would cost more than it saves)."""
 
+ITEM_STRIPS_UP_TO = 128
+"""Forwards of up to this many items, a multiple of 16, run by :func:`_by_item_strips`; the
+others through BLAS (items as the operand streamed once below 64 items). One thread, us,
+OpenBLAS against strips: LeNet's ip1 (64 x 800 -> 500) 690-830 -> 486-528; 128 x 800 -> 500
+1200 -> 980; 64 x 9216 -> 4096 70.8 -> 48.9 ms; but 256 x 800 -> 500 2160 -> 2020 only, and 256 x
+2048 -> 512 5.8 -> 6.9 ms."""
+
 SIDE_BY_SIDE_FROM = 1 << 21
 """Multiply-adds per product below which the two run one after the other on this thread: two
 threads, LeNet's ip2 (64 x 500 -> 10, 0.3M) 21 us in turn against 55 side by side; CIFAR10-quick's
@@ -32,6 +39,8 @@ class InnerProductLayer(Layer):
     type = 'InnerProduct'
     exact_num_bottom = 1
     exact_num_top = 1
+    fuses_relu = True  # the ReLU above applied after the bias (see Layer)
+    fuses_relu_backward = True  # the bottom diff is overwritten, then masked by the ReLU below
 
     def layer_setup(self, bottom, top):
         p = self.layer_param.inner_product_param
@@ -61,10 +70,11 @@ class InnerProductLayer(Layer):
         x = bottom[0].data.reshape(self.m, self.k)
         w = self.blobs[0].data
         y = top[0].data.reshape(self.m, self.num_output)
-        if self.m < 64:  # small batch: the weights are the operand to stream once
+        strips = self.m % 16 == 0 and self.m <= ITEM_STRIPS_UP_TO and not self.transpose
+        if strips or self.m < 64:  # small batch: the weights are the operand to stream once
             y_t = scratch('ip_top_t', self.num_output * self.m).reshape(self.num_output, self.m)
-            if self.m % 16 == 0 and not self.transpose:
-                _by_sixteen_items(w, x, y_t)
+            if strips:
+                _by_item_strips(w, x, y_t)
             else:
                 matmul(w.T if self.transpose else w, x.T, y_t)
             y[...] = y_t.T
@@ -72,6 +82,7 @@ class InnerProductLayer(Layer):
             matmul(x, w if self.transpose else w.T, y)
         if self.bias_term:
             y += self.blobs[1].data
+        self.relu_on_top_of(y)
 
     def overwritable_param_diffs(self):
         """The weights' diff, where there are at least :data:`OVERWRITE_FROM` weights."""
@@ -98,6 +109,8 @@ class InnerProductLayer(Layer):
         else:
             for a, b, out, accumulate in products:
                 matmul(a, b, out, accumulate=accumulate)
+        if propagate_down[0]:
+            self.mask_relu_below(bottom, 0, 0, bottom[0].shape[0])
         if self.bias_term and self.param_propagate_down[1]:
             self.blobs[1].diff[...] += dy.sum(axis=0)
 
@@ -118,24 +131,28 @@ def _weight_gradient(x, dy, dw, transpose):
     run_chunks(chunk, [(lo, min(lo + step, rows)) for lo in range(0, rows, step)])
 
 
-def _by_sixteen_items(w, x, y_t):
-    """y_t (N, M) = w (N, K) @ x.T for M = 16, 32 or 48 items: blocks of 6 weight rows by 16
-    items in registers (:func:`~pycaffe_ft.kernels.small_gemm.batched_gemm`, each output one
-    chain over K, so the split between threads does not change the bits), the weights read once
-    per 16 items. OpenBLAS packs the weights on the way (AlexNet's fc6 at batch 16, alternated:
-    one thread 39 -> 22 ms, two threads 22 -> 12.6 ms; fc7 at two threads 13.6 -> 9.1 ms; 32
-    items, one thread, 59 -> 43 ms)."""
+def _by_item_strips(w, x, y_t):
+    """y_t (N, M) = w (N, K) @ x.T for M a multiple of 16 (at most ITEM_STRIPS_UP_TO): x
+    transposed in strips of 32 items (16 where M is not a multiple of 32), blocks of weight rows
+    by a strip in registers (:func:`~pycaffe_ft.kernels.small_gemm.batched_gemm`: 12 rows by
+    32 items, 6 by 16; each output one chain over K, so the split between threads does not
+    change the bits), the weights read once per strip; the rows in blocks of whole register
+    blocks, at least two blocks (one a thread) and about 4 MB of weights each. OpenBLAS packs
+    the weights on the way (AlexNet's fc6 at batch 16, alternated: one thread 39 -> 22 ms, two
+    threads 22 -> 12.6 ms; fc7 at two threads 13.6 -> 9.1 ms; 32 items, one thread, 59 -> 43
+    ms)."""
     n, k = w.shape
     m = x.shape[0]
-    strips = scratch('ip_strips', m * k).reshape(m // 16, k, 16)  # items 16 s .. 16 s + 15, transposed
-    for s in range(m // 16):
-        strips[s] = x[16 * s:16 * (s + 1)].T
+    width = 32 if m % 32 == 0 else 16
+    strips = scratch('ip_strips', m * k).reshape(m // width, k, width)  # strip s: its items transposed
+    for s in range(m // width):
+        strips[s] = x[width * s:width * (s + 1)].T
     flat_w, flat_strips, flat_y = w.reshape(-1), strips.reshape(-1), y_t.reshape(-1)
-    rows = 6 * max(1, (1 << 20) // (6 * k))  # ~4 MB of weights a chunk, whole blocks of 6
+    rows = 12 * max(1, min((1 << 20) // (12 * k), -(-n // 24)))
 
     def chunk(lo, hi):
-        run_batched_gemm(flat_w, lo * k, 0, k, 1, flat_strips, 0, 16 * k, 16, flat_y, lo * m, 16, m, m // 16, hi - lo, k,
-                         16)
+        run_batched_gemm(flat_w, lo * k, 0, k, 1, flat_strips, 0, width * k, width, flat_y, lo * m, width, m,
+                         m // width, hi - lo, k, width)
     run_chunks(chunk, [(lo, min(lo + rows, n)) for lo in range(0, n, rows)])
 
 

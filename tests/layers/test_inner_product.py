@@ -1,5 +1,6 @@
-"""InnerProduct's forward at 16, 32 and 48 items (the weights streamed once per 16 items, in
-register blocks): NumPy's float64 product as the oracle, and the same bits at any thread count."""
+"""InnerProduct's forward at multiples of 16 items up to 128 (the weights streamed once per strip
+of 16 or 32 items, in register blocks): NumPy's float64 product as the oracle, and the same bits
+at any thread count."""
 import numpy as np
 import pytest
 
@@ -7,9 +8,10 @@ from pycaffe_ft import intra_op
 from tests.gradient_checker import make_layer
 
 
-# (16, 1 << 17, 13): ~4 MB of weights a chunk is 6 rows here, so two threads split the rows
+# (16, 1 << 17, 13): ~4 MB of weights a chunk is 12 rows here; (64, 800, 50): LeNet's ip1 by 32
+# items, its rows in two chunks; (80, 33, 30): strips of 16 past 64 items
 @pytest.mark.parametrize('items, inputs, outputs', [(16, 40, 13), (32, 17, 6), (48, 200, 31), (16, 1, 8),
-                                                    (16, 1 << 17, 13)])
+                                                    (16, 1 << 17, 13), (64, 800, 50), (80, 33, 30), (128, 70, 25)])
 def test_forward_at_multiples_of_16_items(restore_threads, items, inputs, outputs):
     rng = np.random.default_rng(items + inputs)
     layer, bottom, top = make_layer('type: "InnerProduct" inner_product_param { num_output: %d '
