@@ -30,8 +30,8 @@ Images are the zero-padded planes (n, C, H + 2 ph, W + 2 pw) made by
 import numpy as np
 from numba import njit
 
-from .simd import WIDE, prefetch, vadd, vfma, vfull, vload, vramp, vrelu, vsplat, vstore, vwhere_gt, vzero, wfull, \
-    wload, wramp, wsplat, wzero
+from .simd import WIDE, WIDE_AT_HALF_RATE, prefetch, vadd, vfma, vfull, vload, vramp, vrelu, vsplat, vstore, \
+    vwhere_gt, vzero, wfull, wload, wramp, wsplat, wzero
 from .tiered import await_ahead, ready
 
 __all__ = ['direct_forward', 'forward_reference', 'direct_weight_gradient', 'weight_gradient_reference',
@@ -140,8 +140,8 @@ def direct_forward(x, num, channels, height_p, width_p, w, outputs, kh, kw, bias
     ms). LeNet's conv1 (24 columns) took the narrow kernel while compiling the wide one beside
     the narrow one its conv2 needs cost 1.5 s of its cold start; since the worker compiles them
     (:mod:`.tiered`) it takes the wide one (Zen 5, one thread, in-net, alternated: 0.47-0.48 ->
-    0.36-0.39 ms)."""
-    kernels = _WIDE_FORWARD if wide and (width_p - kw + 1) >= 16 else _FORWARD
+    0.36-0.39 ms), but where sixteen lanes run at eight lanes' rate (:func:`_wide_rows`)."""
+    kernels = _WIDE_FORWARD if _wide_rows(wide, width_p - kw + 1) else _FORWARD
     if kw in kernels:
         kernel, args = kernels[kw], (x, num, channels, height_p, width_p, w, outputs, kh, bias, use_bias, y, relu)
     else:
@@ -150,6 +150,18 @@ def direct_forward(x, num, channels, height_p, width_p, w, outputs, kh, kw, bias
         kernel(*args)
     else:
         forward_reference(x, num, channels, height_p, width_p, w, outputs, kh, kw, bias, use_bias, y, relu)
+
+
+def _wide_rows(wide, out_w):
+    """Whether :func:`direct_forward` runs rows ``out_w`` wide in sixteen-lane vectors: with
+    ``wide``, rows of at least 16, unless the CPU runs sixteen lanes at eight lanes' rate
+    (:data:`~.simd.WIDE_AT_HALF_RATE`) and eight-lane vectors leave fewer lanes idle (the
+    same bits: every lane is the same chain). LeNet's conv1 (24 columns, 64 images), one Zen 4
+    thread: 468-472 us in sixteen lanes (the last vector shifted back by 8 columns), 397-399 in
+    eight, and its conv2 runs that kernel already: one compile less at the cold start."""
+    if not wide or out_w < 16:
+        return False
+    return not (WIDE_AT_HALF_RATE and -(-out_w // 8) * 8 < -(-out_w // 16) * 16)
 
 
 @njit(cache=True, nogil=True)

@@ -29,7 +29,7 @@ __all__ = ['vload', 'vload_even_swizzled', 'vload_evens_odds_swizzled', 'vunswiz
            'vrelu', 'vtranspose',
            'prefetch', 'prefetch_to_write', 'WIDTH',
            'wload', 'wload_even', 'wload_rows', 'wload_even_rows', 'wramp_rows', 'whalves', 'wstore', 'wsplat', 'wfull',
-           'wramp', 'wzero', 'wpick', 'wpick2', 'wpermute2', 'WIDE']
+           'wramp', 'wzero', 'wpick', 'wpick2', 'wpermute2', 'WIDE', 'WIDE_AT_HALF_RATE']
 
 WIDTH = 8
 _VECTOR = ir.VectorType(ir.FloatType(), WIDTH)
@@ -48,6 +48,12 @@ def _host_has_avx512():
 WIDE = _host_has_avx512()
 """Whether kernels with a sixteen-lane variant take it: on a CPU without AVX-512 LLVM would
 split each sixteen-lane vector into two and the wide register blocks would spill."""
+
+WIDE_AT_HALF_RATE = WIDE and llvm.get_host_cpu_name() == 'znver4'
+"""Whether the CPU runs each sixteen-lane operation as two eight-lane ones (AMD Zen 4: AVX-512
+on 256-bit units): sixteen lanes then compute no faster than eight, and a kernel whose rows
+leave fewer lanes idle in eight-lane vectors takes those (see
+:func:`~.direct_conv.direct_forward`)."""
 
 
 class _FloatVector(types.Type):
