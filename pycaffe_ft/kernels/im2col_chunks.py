@@ -90,7 +90,7 @@ def backward_chunk(x, dy, n, channels, height, width, kh, kw, sh, sw, dh, dw, ou
     position-major), so its columns are the C*kh*kw patch values and need no padding beyond a
     multiple of 32; it ran as im2col's columns times dy position-major before, its columns the
     outputs padded to a multiple of 16 (LeNet's conv2, 50 -> 64) and dy transposed into them:
-    a chunk of 8 images of LeNet's conv2, weight and bias gradients, 399 -> ~315 us, the same
+    a chunk of 8 images of LeNet's conv2, weight and bias gradients, 399 -> ~306 us, the same
     bits."""
     plane = out_h * out_w
     positions = n * plane

@@ -524,11 +524,11 @@ class ConvolutionLayer(BaseConvolutionLayer):
                 if ph or pw:
                     crop_planes(grad, n * c, h, w, ph, pw, dx_flat[lo:hi].reshape(-1))
                 after(lo, hi)
-            return w_part, bias_part
+            return w_part[:, :k] if need_w else w_part, bias_part  # the columns past k hold anything
         await_ahead(backward_chunk)
         w_parts, bias_parts = zip(*run_chunks(chunk, chunks))
         if need_w:
-            self.blobs[0].diff.reshape(o, k)[...] += sum_in_chunk_order(w_parts)[:, :k]
+            self.blobs[0].diff.reshape(o, k)[...] += sum_in_chunk_order(w_parts)
         if need_b:
             self.blobs[1].diff[...] += sum_in_chunk_order(bias_parts)
 
