@@ -29,7 +29,7 @@ __all__ = ['vload', 'vload_even_swizzled', 'vload_evens_odds_swizzled', 'vunswiz
            'vrelu', 'vtranspose',
            'prefetch', 'prefetch_to_write', 'WIDTH',
            'wload', 'wload_even', 'wload_rows', 'wload_even_rows', 'wramp_rows', 'whalves', 'wstore', 'wsplat', 'wfull',
-           'wramp', 'wzero', 'wpick', 'wpick2', 'wpermute2', 'WIDE', 'WIDE_AT_HALF_RATE']
+           'wramp', 'wzero', 'wpick', 'wpick2', 'wpermute2', 'wpermute4', 'WIDE', 'WIDE_AT_HALF_RATE']
 
 WIDTH = 8
 _VECTOR = ir.VectorType(ir.FloatType(), WIDTH)
@@ -384,6 +384,20 @@ def wpick2(typingctx, v0, v1, picks, index, outside):
     if not (isinstance(picks, types.Array) and picks.dtype == types.int32):
         return None
     return float32x16(v0, v1, picks, index, outside), codegen
+
+
+@intrinsic
+def wpermute4(typingctx, v0, v1, v2, v3, picks, index):
+    """:func:`wpick` where every pick is below 64: two permutes and one blend."""
+    def codegen(context, builder, sig, args):
+        pointer = _element_pointer(context, builder, sig.args[4], args[4], args[5])
+        lanes = builder.load(builder.bitcast(pointer, _WIDE_INDEX.as_pointer()), align=4)
+        permute = _permute(builder)
+        low, high = builder.call(permute, [args[0], lanes, args[1]]), builder.call(permute, [args[2], lanes, args[3]])
+        return builder.select(_at_least(builder, lanes, 32), high, low)
+    if not (isinstance(picks, types.Array) and picks.dtype == types.int32):
+        return None
+    return float32x16(v0, v1, v2, v3, picks, index), codegen
 
 
 @intrinsic

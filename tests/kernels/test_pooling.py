@@ -1,7 +1,7 @@
 """The pooling kernels' ways through the planes that the layer tests do not pick out: max
-pooling by single rows by window rows (AVX-512) and by blocks by window rows (eight lanes),
-average pooling by blocks (eight lanes), the ReLU the small-plane kernels apply as they
-store, the 2 x 2 max pooling's backward by gathering, average pooling's backward by output rows
+pooling by single rows and by wide rows by window rows (AVX-512) and by blocks by window rows
+(eight lanes), average pooling by blocks (eight lanes), the ReLU the small-plane kernels apply
+as they store, the 2 x 2 max pooling's backward by gathering, average pooling's backward by output rows
 and one plane a vector (AVX-512) and by plane lanes, and the backward of the ReLU below that
 every pooling backward applies. (Every way against Caffe's definition:
 tests/layers/test_vision.py; against the NumPy references, NaN included:
@@ -28,6 +28,35 @@ def test_max_pooling_of_rows_up_to_sixteen_goes_by_window_rows(geometry):
     y = np.empty(planes * args[-2] * args[-1], np.float32)
     kernel, _ = pooling._small_planes(x, planes, *args, pooling.window_taps(*args), y, y.copy(), False, False)
     assert kernel in pooling._SINGLE_ROWS
+
+
+WIDE_ROWS = [(55, 55, 3, 0, 2), (35, 42, 3, 1, 2), (34, 33, 3, 0, 2), (40, 42, 3, 0, 2), (9, 71, 3, 2, 2)]
+"""(H, W, kernel, pad, stride) of planes wider than 32 under 3 x 3 windows at stride 2: AlexNet's
+pool1, pads at every edge, a last window past the image's right edge and bottom (ceil rounding),
+the narrowest (16 outputs: one block), rows of several blocks, the last overlapping the one
+before."""
+
+
+@pytest.mark.skipif(not pooling.WIDE, reason='wide rows by window rows: AVX-512 only')
+@pytest.mark.parametrize('relu', [False, True])
+@pytest.mark.parametrize('geometry', WIDE_ROWS)
+def test_max_pooling_of_wide_rows_goes_by_window_rows_with_caffes_bits(geometry, relu):
+    """Against Caffe's loops in NumPy, NaN, infinities, signed zeros and a plane of -inf
+    included, the fused ReLU too."""
+    planes, x, args = _pool_case(geometry, sum(geometry) + relu)
+    size = planes * args[-2] * args[-1]
+
+    def ours(*a):
+        kernel, arguments = pooling._small_planes(*a[:-2], pooling.window_taps(*args), *a[-2:], False, relu)
+        assert kernel is pooling._max_pool_wide_rows_3x3
+        kernel(*arguments)
+
+    def reference(*a):
+        references.max_pool_caffe(*a)
+        if relu:
+            relu_forward(a[-2], a[-2])
+    mine, theirs = _both(ours, reference, [size, size], lambda y, mask: (x, planes, *args, y, mask))
+    assert mine == theirs
 
 
 BLOCKS = [g for g in POOLS if pooling._by_blocks(g[0], g[1], g[2], g[2], g[3], g[3], g[4], g[4],

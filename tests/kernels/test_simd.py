@@ -6,7 +6,7 @@ from numba import njit
 
 from pycaffe_ft.kernels.simd import WIDE, vadd_where_eq, vkeep, vload, vload_even_swizzled, vload_evens_odds_swizzled, \
     vload_pairs, vstore, vtranspose, vunswizzle, wfull, whalves, wload, wload_even, wload_even_rows, wload_rows, \
-    wpick, wpick2, wramp_rows, wstore
+    wpermute2, wpermute4, wpick, wpick2, wramp_rows, wstore
 
 
 @njit(cache=False)
@@ -92,24 +92,29 @@ def test_transpose_of_eight_rows():
 
 @njit(cache=False)
 def _picked(x, picks):
-    out = np.empty(32, np.float32)
+    out = np.empty(64, np.float32)
     outside = wfull(np.float32(-7.0))
-    wstore(out, 0, wpick(wload(x, 0), wload(x, 16), wload(x, 32), wload(x, 48), picks, 0, outside))
-    wstore(out, 16, wpick2(wload(x, 0), wload(x, 16), picks, 16, outside))
+    v0, v1, v2, v3 = wload(x, 0), wload(x, 16), wload(x, 32), wload(x, 48)
+    wstore(out, 0, wpick(v0, v1, v2, v3, picks, 0, outside))
+    wstore(out, 16, wpick2(v0, v1, picks, 16, outside))
+    wstore(out, 32, wpermute4(v0, v1, v2, v3, picks, 32))
+    wstore(out, 48, wpermute2(v0, v1, picks, 48))
     return out
 
 
 @pytest.mark.skipif(not WIDE, reason='the table picks are AVX-512 permutes')
 def test_table_picks_take_the_listed_elements_and_outside_past_the_sources():
     """wpick: lane l of the 64 floats of four vectors at picks[l] (64 or more: outside);
-    wpick2: of the 32 floats of two vectors (32 or more: outside)."""
+    wpick2: of the 32 floats of two vectors (32 or more: outside); wpermute4 and wpermute2 the
+    same with every pick inside."""
     x = np.arange(64, dtype=np.float32) * np.float32(1.5)
     rng = np.random.default_rng(0)
     for _ in range(20):
-        picks = np.concatenate([rng.integers(0, 70, 16), rng.integers(0, 36, 16)]).astype(np.int32)
+        picks = np.concatenate([rng.integers(0, n, 16) for n in (70, 36, 64, 32)]).astype(np.int32)
         out = _picked(x, picks)
         np.testing.assert_array_equal(out[:16], np.where(picks[:16] < 64, x[np.minimum(picks[:16], 63)], -7))
-        np.testing.assert_array_equal(out[16:], np.where(picks[16:] < 32, x[np.minimum(picks[16:], 31)], -7))
+        np.testing.assert_array_equal(out[16:32], np.where(picks[16:32] < 32, x[np.minimum(picks[16:32], 31)], -7))
+        np.testing.assert_array_equal(out[32:], x[picks[32:]])
 
 
 @njit(cache=False)
