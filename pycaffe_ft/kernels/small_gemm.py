@@ -19,11 +19,12 @@ import numpy as np
 from numba import carray, njit, types
 
 from .c_functions import FLOATS, c_caller, c_function, floats
-from .simd import WIDE, vfma, vload, vsplat, vstore, vzero, wload, wsplat, wstore, wzero
+from .simd import WIDE, prefetch, vadd, vfma, vload, vsplat, vstore, vzero, wload, wsplat, wstore, wzero
 from .tiered import await_ahead, c_function_ready, call
 
 __all__ = ['batched_gemm', 'batched_gemm_narrow', 'batched_gemm_wide', 'batched_gemm_reference', 'run_batched_gemm',
-           'batched_gemm_function', 'call_batched_gemm']
+           'batched_gemm_function', 'call_batched_gemm', 'rows_streamed', 'rows_streamed_reference',
+           'ROWS_STREAMED_CHUNK']
 
 
 # The register blocks are written out for each height (6 rows, and 2 for the rows left over):
@@ -366,3 +367,107 @@ def call_batched_gemm(function, a, a_off, a_batch, lda, ak, b, b_off, b_batch, l
     """:data:`batched_gemm`'s call, at ``function`` (:func:`batched_gemm_function`)."""
     _call_batched_gemm_at(function, (floats(a), a.size, a_off, a_batch, lda, ak, floats(b), b.size, b_off, b_batch,
                                      ldb, floats(c), c.size, c_off, c_batch, ldc, batch, m, k, n))
+
+
+# A product whose right operand is a tall matrix read once, row by row (InnerProduct's bottom
+# gradient, dx = dy @ W: a few items by thousands of weight rows). c's columns [lo, hi) go in
+# tiles of 32; b's rows in chunks of ROWS_STREAMED_CHUNK, each chunk's rows read for every tile
+# in turn (sixteen rows of one stretch of columns: a few streams the prefetcher follows), while
+# the tiles of c stay in the caches. Each element of c is the sum, in chunk order, of its
+# chunks' chains (fused multiply-adds from zero over the chunk's rows in order): it depends
+# neither on [lo, hi) nor on the machine's vector width. The tiles read b's columns as one
+# column panel (all of its rows) ran at a third of OpenBLAS's speed: each row of the panel is
+# another page.
+ROWS_STREAMED_CHUNK = 16
+
+
+@njit(cache=True, nogil=True)
+def _streamed_8x32(a, ai, lda, b, bi, ldb, rows, c, ci, ldc, first):
+    """c's 8 x 32 tile at ci (row stride ldc): the chains over ``rows`` rows of b from bi (row
+    stride ldb) times a's 8 rows from ai (row stride lda), stored (``first``) or added."""
+    c00 = c01 = c10 = c11 = c20 = c21 = c30 = c31 = wzero()
+    c40 = c41 = c50 = c51 = c60 = c61 = c70 = c71 = wzero()
+    for p in range(rows):
+        b0 = wload(b, bi + p * ldb)
+        b1 = wload(b, bi + p * ldb + 16)
+        a0 = wsplat(a, ai + p)
+        c00, c01 = vfma(a0, b0, c00), vfma(a0, b1, c01)
+        a1 = wsplat(a, ai + lda + p)
+        c10, c11 = vfma(a1, b0, c10), vfma(a1, b1, c11)
+        a2 = wsplat(a, ai + 2 * lda + p)
+        c20, c21 = vfma(a2, b0, c20), vfma(a2, b1, c21)
+        a3 = wsplat(a, ai + 3 * lda + p)
+        c30, c31 = vfma(a3, b0, c30), vfma(a3, b1, c31)
+        a4 = wsplat(a, ai + 4 * lda + p)
+        c40, c41 = vfma(a4, b0, c40), vfma(a4, b1, c41)
+        a5 = wsplat(a, ai + 5 * lda + p)
+        c50, c51 = vfma(a5, b0, c50), vfma(a5, b1, c51)
+        a6 = wsplat(a, ai + 6 * lda + p)
+        c60, c61 = vfma(a6, b0, c60), vfma(a6, b1, c61)
+        a7 = wsplat(a, ai + 7 * lda + p)
+        c70, c71 = vfma(a7, b0, c70), vfma(a7, b1, c71)
+    _streamed_store(c, ci, first, c00, c01)
+    _streamed_store(c, ci + ldc, first, c10, c11)
+    _streamed_store(c, ci + 2 * ldc, first, c20, c21)
+    _streamed_store(c, ci + 3 * ldc, first, c30, c31)
+    _streamed_store(c, ci + 4 * ldc, first, c40, c41)
+    _streamed_store(c, ci + 5 * ldc, first, c50, c51)
+    _streamed_store(c, ci + 6 * ldc, first, c60, c61)
+    _streamed_store(c, ci + 7 * ldc, first, c70, c71)
+
+
+@njit(cache=True, nogil=True)
+def _streamed_1x32(a, ai, b, bi, ldb, rows, c, ci, first):
+    """:func:`_streamed_8x32` for one row of a and c."""
+    c0 = c1 = wzero()
+    for p in range(rows):
+        a0 = wsplat(a, ai + p)
+        c0, c1 = vfma(a0, wload(b, bi + p * ldb), c0), vfma(a0, wload(b, bi + p * ldb + 16), c1)
+    _streamed_store(c, ci, first, c0, c1)
+
+
+@njit(cache=True, nogil=True, inline='always')
+def _streamed_store(c, ci, first, v0, v1):
+    """32 floats of c from ci: v0 and v1, or c plus them."""
+    if first:
+        wstore(c, ci, v0)
+        wstore(c, ci + 16, v1)
+    else:
+        wstore(c, ci, vadd(wload(c, ci), v0))
+        wstore(c, ci + 16, vadd(wload(c, ci + 16), v1))
+
+
+@njit(cache=True, nogil=True)
+def rows_streamed(a, b, c, m, k, n, lo, hi):
+    """c[:, lo:hi] = a @ b[:, lo:hi] for flat row-major a (m x k), b (k x n) and c (m x n);
+    lo and hi - lo multiples of 32 (AVX-512: sixteen-lane vectors)."""
+    for p0 in range(0, k, ROWS_STREAMED_CHUNK):
+        rows = min(ROWS_STREAMED_CHUNK, k - p0)
+        ahead = min(ROWS_STREAMED_CHUNK, k - p0 - rows)
+        for j in range(lo, hi, 32):
+            for p in range(p0 + rows, p0 + rows + ahead):  # the next chunk's rows of this tile
+                prefetch(b, p * n + j)
+                prefetch(b, p * n + j + 16)
+            i = 0
+            while i + 8 <= m:
+                _streamed_8x32(a, i * k + p0, k, b, p0 * n + j, n, rows, c, i * n + j, n, p0 == 0)
+                i += 8
+            while i < m:
+                _streamed_1x32(a, i * k + p0, b, p0 * n + j, n, rows, c, i * n + j, p0 == 0)
+                i += 1
+
+
+@njit(cache=True, nogil=True)
+def rows_streamed_reference(a, b, c, m, k, n, lo, hi):
+    """:func:`rows_streamed`'s bits, eight columns at a time: its reference, run while it
+    compiles in the background (:mod:`.tiered`)."""
+    for p0 in range(0, k, ROWS_STREAMED_CHUNK):
+        rows = min(ROWS_STREAMED_CHUNK, k - p0)
+        for i in range(m):
+            for j in range(lo, hi, 8):
+                total = vzero()
+                for p in range(p0, p0 + rows):
+                    total = vfma(vsplat(a, i * k + p), vload(b, p * n + j), total)
+                if p0 > 0:
+                    total = vadd(vload(c, i * n + j), total)
+                vstore(c, i * n + j, total)

@@ -2,7 +2,9 @@
 import numpy as np
 
 from ..intra_op import gemm, matmul, run_chunks, scratch
-from ..kernels.small_gemm import run_batched_gemm
+from ..kernels.simd import WIDE
+from ..kernels.small_gemm import rows_streamed, rows_streamed_reference, run_batched_gemm
+from ..kernels.tiered import call
 from ..registry import LAYERS
 from .base import Layer
 
@@ -27,6 +29,19 @@ others through BLAS (items as the operand streamed once below 64 items). One thr
 OpenBLAS against strips: LeNet's ip1 (64 x 800 -> 500) 690-830 -> 486-528; 128 x 800 -> 500
 1200 -> 980; 64 x 9216 -> 4096 70.8 -> 48.9 ms; but 256 x 800 -> 500 2160 -> 2020 only, and 256 x
 2048 -> 512 5.8 -> 6.9 ms."""
+
+STREAMED_FROM = 1 << 24
+"""Multiply-adds from which the bottom gradient dx = dy @ W (weights not transposed, inputs a
+multiple of 32, AVX-512) goes by :func:`~pycaffe_ft.kernels.small_gemm.rows_streamed`, the weight
+rows read once in chunks of 16, in blocks of ``STREAMED_COLUMNS`` inputs, rather than through
+BLAS (where it does not run side by side with the weight gradient). Batch 16, one thread,
+OpenBLAS against streamed: AlexNet's fc6 (9216 -> 4096) 28.4-29.2 -> 19.9 ms, fc7 12.7 -> 8.5
+ms, fc8 3.0 -> 1.7-1.9 ms; without prefetching the next chunk's rows, fc6 25.8 ms. (CIFAR10-quick's
+ip1 at 100 x 1024 -> 64, 6.6M, 0.18 -> 0.20 ms: left to BLAS.)"""
+
+STREAMED_COLUMNS = 1024
+"""Inputs a block of the streamed bottom gradient (one thread's call): fc6 at 256, 512, 1024,
+2048 and all 9216: 23.5, 21.5, 19.9, 23.2 and 36.7 ms."""
 
 SIDE_BY_SIDE_FROM = 1 << 21
 """Multiply-adds per product below which the two run one after the other on this thread: two
@@ -101,18 +116,32 @@ class InnerProductLayer(Layer):
                             (dy.T, x, self.blobs[0].diff, True))
         if propagate_down[0]:
             products.append((dy, w.T if self.transpose else w, bottom[0].diff.reshape(self.m, self.k), False))
-        if len(products) == 2 and SIDE_BY_SIDE_FROM <= self.m * self.num_output * self.k < SPLIT_BELOW:
+        work = self.m * self.num_output * self.k
+        if len(products) == 2 and SIDE_BY_SIDE_FROM <= work < SPLIT_BELOW:
             # two whole products side by side: two threads take one each (LeNet's ip1, 64 x 800 ->
             # 500: 0.54 ms, against 0.66 in column blocks one after the other; one thread 0.66
             # against 0.78); the same calls, so the same bits, at any thread count
             run_chunks(lambda i, _: gemm(*products[i]), [(0, 1), (1, 2)])
         else:
+            if propagate_down[0] and WIDE and not self.transpose and self.k % 32 == 0 and work >= STREAMED_FROM:
+                _bottom_gradient(*products.pop()[:3])
             for a, b, out, accumulate in products:
                 matmul(a, b, out, accumulate=accumulate)
         if propagate_down[0]:
             self.mask_relu_below(bottom, 0, 0, bottom[0].shape[0])
         if self.bias_term and self.param_propagate_down[1]:
             self.blobs[1].diff[...] += dy.sum(axis=0)
+
+
+def _bottom_gradient(dy, w, dx):
+    """dx (M, K) = dy (M, N) @ w (N, K), K a multiple of 32, by
+    :func:`~pycaffe_ft.kernels.small_gemm.rows_streamed`, in blocks of ``STREAMED_COLUMNS``
+    inputs on the threads (each element's sum does not depend on the blocks)."""
+    m, n = dy.shape
+    k = w.shape[1]
+    flat_dy, flat_w, flat_dx = dy.reshape(-1), w.reshape(-1), dx.reshape(-1)
+    run_chunks(lambda lo, hi: call(rows_streamed, rows_streamed_reference, flat_dy, flat_w, flat_dx, m, n, k, lo, hi),
+               [(lo, min(lo + STREAMED_COLUMNS, k)) for lo in range(0, k, STREAMED_COLUMNS)])
 
 
 def _weight_gradient(x, dy, dw, transpose):

@@ -1,9 +1,12 @@
 """batched_gemm against NumPy (float64), on odd shapes and strided operands; its wide
-(sixteen-lane) and narrow variants and its reference against each other, bit for bit."""
+(sixteen-lane) and narrow variants and its reference against each other, bit for bit; the same
+for rows_streamed and its reference."""
 import numpy as np
 import pytest
 
-from pycaffe_ft.kernels.small_gemm import batched_gemm_narrow, batched_gemm_reference, batched_gemm_wide
+from pycaffe_ft.kernels.simd import WIDE
+from pycaffe_ft.kernels.small_gemm import batched_gemm_narrow, batched_gemm_reference, batched_gemm_wide, rows_streamed, \
+    rows_streamed_reference
 
 VARIANTS = pytest.mark.parametrize('product', [batched_gemm_narrow, batched_gemm_wide, batched_gemm_reference],
                                    ids=['narrow', 'wide', 'reference'])
@@ -60,3 +63,27 @@ def test_wide_narrow_and_reference_give_the_same_bits(other, transposed, m, k, n
     b = rng.standard_normal((2, k, n + 3)).astype(np.float32)
     assert np.array_equal(_run(batched_gemm_wide, a, b, m, k, n, transposed=transposed),
                           _run(other, a, b, m, k, n, transposed=transposed))
+
+
+@pytest.mark.parametrize('m,k,n,lo,hi', [(16, 40, 64, 0, 64), (13, 37, 96, 32, 96), (8, 16, 32, 0, 32),
+                                         (3, 100, 128, 64, 128), (21, 5, 32, 0, 32)])
+def test_rows_streamed_matches_numpy_and_its_reference_bit_for_bit(m, k, n, lo, hi):
+    """c[:, lo:hi] = a @ b[:, lo:hi] (NumPy's float64 product as the oracle), the columns outside
+    untouched; chunks of b's rows not a multiple of 16, items past the blocks of eight; the
+    kernel (AVX-512) and its reference give the same bits, whole or in blocks of columns."""
+    rng = np.random.default_rng(m + k + n)
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    expected = a.astype(np.float64) @ b[:, lo:hi].astype(np.float64)
+    kernels = [rows_streamed_reference] + ([rows_streamed] if WIDE else [])
+    results = []
+    for kernel in kernels:
+        for blocks in ([(lo, hi)], [(j, j + 32) for j in range(lo, hi, 32)]):
+            c = np.full((m, n), 7.0, np.float32)
+            for first, last in blocks:
+                kernel(a.reshape(-1), b.reshape(-1), c.reshape(-1), m, k, n, first, last)
+            assert (c[:, :lo] == 7.0).all() and (c[:, hi:] == 7.0).all()
+            results.append(c[:, lo:hi])
+    assert np.abs(results[0] - expected).max() <= 1e-5 * max(1.0, np.abs(expected).max())
+    for other in results[1:]:
+        assert np.array_equal(other, results[0])
