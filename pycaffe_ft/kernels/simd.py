@@ -29,7 +29,8 @@ __all__ = ['vload', 'vload_even_swizzled', 'vload_evens_odds_swizzled', 'vunswiz
            'vrelu', 'vtranspose',
            'prefetch', 'prefetch_to_write', 'WIDTH',
            'wload', 'wload_even', 'wload_rows', 'wload_even_rows', 'wramp_rows', 'whalves', 'wstore', 'wsplat', 'wfull',
-           'wramp', 'wzero', 'wpick', 'wpick2', 'wpermute2', 'wpermute4', 'WIDE', 'WIDE_AT_HALF_RATE']
+           'wramp', 'wzero', 'wpick', 'wpick2', 'wpermute2', 'wpermute4', 'wstore_past_caches', 'store_fence', 'WIDE',
+           'WIDE_AT_HALF_RATE']
 
 WIDTH = 8
 _VECTOR = ir.VectorType(ir.FloatType(), WIDTH)
@@ -267,6 +268,31 @@ def vfma(typingctx, a, b, c):
 
 
 wstore = vstore
+
+
+@intrinsic
+def wstore_past_caches(typingctx, array, index, vector):
+    """array[index:index + 16] = vector by a non-temporal store, which writes the line to memory
+    without reading it first and without keeping it in the caches: for outputs written whole and
+    too large to stay there. array[index] must lie on a 64-byte boundary, and the writer must
+    call :func:`store_fence` before another thread reads what it wrote."""
+    def codegen(context, builder, sig, args):
+        pointer = _element_pointer(context, builder, sig.args[0], args[0], args[1])
+        store = builder.store(args[2], builder.bitcast(pointer, args[2].type.as_pointer()), align=64)
+        store.set_metadata('nontemporal', builder.module.add_metadata([ir.Constant(ir.IntType(32), 1)]))
+        return context.get_dummy_value()
+    return types.void(array, index, vector), codegen
+
+
+@intrinsic
+def store_fence(typingctx):
+    """sfence: the non-temporal stores before it reach memory before any store after it."""
+    def codegen(context, builder, sig, args):
+        fence = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), []),
+                                               'llvm.x86.sse.sfence')
+        builder.call(fence, [])
+        return context.get_dummy_value()
+    return types.void(), codegen
 
 
 @intrinsic

@@ -19,12 +19,14 @@ import numpy as np
 from numba import carray, njit, types
 
 from .c_functions import FLOATS, c_caller, c_function, floats
-from .simd import WIDE, prefetch, vadd, vfma, vload, vsplat, vstore, vzero, wload, wsplat, wstore, wzero
+from .simd import WIDE, prefetch, store_fence, vadd, vfma, vload, vsplat, vstore, vzero, wload, wsplat, wstore, \
+    wstore_past_caches, wzero
 from .tiered import await_ahead, c_function_ready, call
 
 __all__ = ['batched_gemm', 'batched_gemm_narrow', 'batched_gemm_wide', 'batched_gemm_reference', 'run_batched_gemm',
-           'batched_gemm_function', 'call_batched_gemm', 'rows_streamed', 'rows_streamed_reference',
-           'ROWS_STREAMED_CHUNK']
+           'batched_gemm_function', 'call_batched_gemm', 'batched_gemm_past_caches',
+           'batched_gemm_past_caches_reference', 'rows_streamed',
+           'rows_streamed_reference', 'ROWS_STREAMED_CHUNK']
 
 
 # The register blocks are written out for each height (6 rows, and 2 for the rows left over):
@@ -113,19 +115,19 @@ def _block_6x32(a, ai, lda, ak, b, bj, ldb, c, ci, ldc, k):
 
 
 @njit(cache=True, nogil=True, inline='always')
-def _store_6x32(c, ci, ldc, c00, c01, c10, c11, c20, c21, c30, c31, c40, c41, c50, c51):
-    wstore(c, ci, c00)
-    wstore(c, ci + 16, c01)
-    wstore(c, ci + ldc, c10)
-    wstore(c, ci + ldc + 16, c11)
-    wstore(c, ci + 2 * ldc, c20)
-    wstore(c, ci + 2 * ldc + 16, c21)
-    wstore(c, ci + 3 * ldc, c30)
-    wstore(c, ci + 3 * ldc + 16, c31)
-    wstore(c, ci + 4 * ldc, c40)
-    wstore(c, ci + 4 * ldc + 16, c41)
-    wstore(c, ci + 5 * ldc, c50)
-    wstore(c, ci + 5 * ldc + 16, c51)
+def _store_6x32(c, ci, ldc, c00, c01, c10, c11, c20, c21, c30, c31, c40, c41, c50, c51, store=wstore):
+    store(c, ci, c00)
+    store(c, ci + 16, c01)
+    store(c, ci + ldc, c10)
+    store(c, ci + ldc + 16, c11)
+    store(c, ci + 2 * ldc, c20)
+    store(c, ci + 2 * ldc + 16, c21)
+    store(c, ci + 3 * ldc, c30)
+    store(c, ci + 3 * ldc + 16, c31)
+    store(c, ci + 4 * ldc, c40)
+    store(c, ci + 4 * ldc + 16, c41)
+    store(c, ci + 5 * ldc, c50)
+    store(c, ci + 5 * ldc + 16, c51)
 
 
 @njit(cache=True, nogil=True)
@@ -163,6 +165,17 @@ def _block_8x32(a, ai, lda, ak, b, bj, ldb, c, ci, ldc, k):
 
 @njit(cache=True, nogil=True)
 def _block_12x32(a, ai, lda, ak, b, bj, ldb, c, ci, ldc, k):
+    _block_12x32_stored(a, ai, lda, ak, b, bj, ldb, c, ci, ldc, k, wstore)
+
+
+@njit(cache=True, nogil=True)
+def _block_12x32_past_caches(a, ai, lda, ak, b, bj, ldb, c, ci, ldc, k):
+    """:func:`_block_12x32` by non-temporal stores (c's rows from ci on 64-byte boundaries)."""
+    _block_12x32_stored(a, ai, lda, ak, b, bj, ldb, c, ci, ldc, k, wstore_past_caches)
+
+
+@njit(cache=True, nogil=True, inline='always')
+def _block_12x32_stored(a, ai, lda, ak, b, bj, ldb, c, ci, ldc, k, store):
     c00 = c01 = c10 = c11 = c20 = c21 = wzero()
     c30 = c31 = c40 = c41 = c50 = c51 = wzero()
     d00 = d01 = d10 = d11 = d20 = d21 = wzero()
@@ -195,8 +208,8 @@ def _block_12x32(a, ai, lda, ak, b, bj, ldb, c, ci, ldc, k):
         d40, d41 = vfma(a4, b0, d40), vfma(a4, b1, d41)
         a5 = wsplat(a, di + 5 * lda + p * ak)
         d50, d51 = vfma(a5, b0, d50), vfma(a5, b1, d51)
-    _store_6x32(c, ci, ldc, c00, c01, c10, c11, c20, c21, c30, c31, c40, c41, c50, c51)
-    _store_6x32(c, ci + 6 * ldc, ldc, d00, d01, d10, d11, d20, d21, d30, d31, d40, d41, d50, d51)
+    _store_6x32(c, ci, ldc, c00, c01, c10, c11, c20, c21, c30, c31, c40, c41, c50, c51, store)
+    _store_6x32(c, ci + 6 * ldc, ldc, d00, d01, d10, d11, d20, d21, d30, d31, d40, d41, d50, d51, store)
 
 
 @njit(cache=True, nogil=True, inline='always')
@@ -319,6 +332,37 @@ def batched_gemm_reference(a, a_off, a_batch, lda, ak, b, b_off, b_batch, ldb, c
                 _row_8(a, ai, ak, b, bt + j, ldb, c, ci + j, k)
             for j in range(vector_n, n):
                 _element(a, ai, ak, b, bt + j, ldb, c, ci + j, k)
+
+
+@njit(cache=True, nogil=True)
+def batched_gemm_past_caches(a, a_off, lda, ak, b, b_off, ldb, c, c_off, ldc, m, k, n):
+    """:data:`batched_gemm` of one product (c (m x n) = a (m x k) @ b (k x n), a batch of one)
+    whose 12 x 32 blocks go to memory by non-temporal stores (AVX-512; c's rows from c_off on
+    64-byte boundaries: c[c_off] on one, ldc a multiple of 16), for a c written whole and too
+    large for the caches, which it then need not read first; the rest by batched_gemm's own
+    blocks, so that the bits are its. Ends with a store fence, so that other threads may read
+    c once it returns. Where c's rows are not so placed, batched_gemm's stores throughout."""
+    whole_m, whole_n = m - m % 12, n - n % 32
+    if (c.ctypes.data + 4 * c_off) % 64 or ldc % 16:
+        whole_m = 0
+    for i in range(0, whole_m, 12):
+        for j in range(0, whole_n, 32):
+            _block_12x32_past_caches(a, a_off + i * lda, lda, ak, b, b_off + j, ldb, c, c_off + i * ldc + j, ldc, k)
+    store_fence()
+    if whole_n < n:
+        for i in range(0, whole_m, 12):
+            _rows(a, a_off + i * lda, lda, ak, b, b_off, ldb, c, c_off + i * ldc, ldc, k, 6, n, whole_n)
+            _rows(a, a_off + (i + 6) * lda, lda, ak, b, b_off, ldb, c, c_off + (i + 6) * ldc, ldc, k, 6, n, whole_n)
+    if whole_m < m:
+        batched_gemm_wide(a, a_off + whole_m * lda, 0, lda, ak, b, b_off, 0, ldb, c, c_off + whole_m * ldc, 0, ldc,
+                          1, m - whole_m, k, n)
+
+
+@njit(cache=True, nogil=True)
+def batched_gemm_past_caches_reference(a, a_off, lda, ak, b, b_off, ldb, c, c_off, ldc, m, k, n):
+    """:func:`batched_gemm_past_caches`' bits by :func:`batched_gemm_reference` (plain stores):
+    its reference, run while it compiles in the background (:mod:`.tiered`)."""
+    batched_gemm_reference(a, a_off, 0, lda, ak, b, b_off, 0, ldb, c, c_off, 0, ldc, 1, m, k, n)
 
 
 def run_batched_gemm(*args):

@@ -3,7 +3,8 @@ import numpy as np
 
 from ..intra_op import gemm, matmul, run_chunks, scratch
 from ..kernels.simd import WIDE
-from ..kernels.small_gemm import rows_streamed, rows_streamed_reference, run_batched_gemm
+from ..kernels.small_gemm import batched_gemm_past_caches, batched_gemm_past_caches_reference, rows_streamed, \
+    rows_streamed_reference, run_batched_gemm
 from ..kernels.tiered import call
 from ..registry import LAYERS
 from .base import Layer
@@ -148,15 +149,24 @@ def _weight_gradient(x, dy, dw, transpose):
     """dw (num_output, K), or (K, num_output) with ``transpose``, = dy.T @ x (x.T @ dy),
     written whole (see :data:`OVERWRITE_FROM`): :func:`~pycaffe_ft.kernels.small_gemm.batched_gemm`
     over blocks of rows on the threads, each element one chain over the items (so the bits do
-    not depend on the split)."""
+    not depend on the split); by non-temporal stores where the CPU has AVX-512 and dw's rows lie
+    on 64-byte boundaries (:func:`~pycaffe_ft.kernels.small_gemm.batched_gemm_past_caches`: no
+    line of dw read before it is written; AlexNet's fc6 at batch 16, one thread, alone: 22.7 ->
+    14.4 ms, fc7 8.4 -> 6.2 ms)."""
     m = x.shape[0]
     a, b = (x, dy) if transpose else (dy, x)  # dw = a.T @ b
     rows, cols = a.shape[1], b.shape[1]
     flat_a, flat_b, flat_c = a.reshape(-1), b.reshape(-1), dw.reshape(-1)
     step = 12 * max(1, (1 << 20) // (12 * cols))  # ~4 MB of dw a chunk, whole blocks of 12 rows
+    past_caches = WIDE and cols % 16 == 0 and dw.ctypes.data % 64 == 0
 
     def chunk(lo, hi):
-        run_batched_gemm(flat_a, lo, 0, 1, rows, flat_b, 0, 0, cols, flat_c, lo * cols, 0, cols, 1, hi - lo, m, cols)
+        if past_caches:
+            call(batched_gemm_past_caches, batched_gemm_past_caches_reference, flat_a, lo, 1, rows, flat_b, 0, cols,
+                 flat_c, lo * cols, cols, hi - lo, m, cols)
+        else:
+            run_batched_gemm(flat_a, lo, 0, 1, rows, flat_b, 0, 0, cols, flat_c, lo * cols, 0, cols, 1, hi - lo, m,
+                             cols)
     run_chunks(chunk, [(lo, min(lo + step, rows)) for lo in range(0, rows, step)])
 
 

@@ -1,12 +1,13 @@
 """batched_gemm against NumPy (float64), on odd shapes and strided operands; its wide
-(sixteen-lane) and narrow variants and its reference against each other, bit for bit; the same
-for rows_streamed and its reference."""
+(sixteen-lane) and narrow variants, its non-temporal one and its references against each other,
+bit for bit; rows_streamed and its reference likewise."""
 import numpy as np
 import pytest
 
+from pycaffe_ft.aligned import aligned_empty
 from pycaffe_ft.kernels.simd import WIDE
-from pycaffe_ft.kernels.small_gemm import batched_gemm_narrow, batched_gemm_reference, batched_gemm_wide, rows_streamed, \
-    rows_streamed_reference
+from pycaffe_ft.kernels.small_gemm import batched_gemm_narrow, batched_gemm_past_caches, \
+    batched_gemm_past_caches_reference, batched_gemm_reference, batched_gemm_wide, rows_streamed, rows_streamed_reference
 
 VARIANTS = pytest.mark.parametrize('product', [batched_gemm_narrow, batched_gemm_wide, batched_gemm_reference],
                                    ids=['narrow', 'wide', 'reference'])
@@ -87,3 +88,23 @@ def test_rows_streamed_matches_numpy_and_its_reference_bit_for_bit(m, k, n, lo, 
     assert np.abs(results[0] - expected).max() <= 1e-5 * max(1.0, np.abs(expected).max())
     for other in results[1:]:
         assert np.array_equal(other, results[0])
+
+
+@pytest.mark.parametrize('m,k,n,ldc', [(24, 16, 64, 64), (30, 7, 80, 80), (5, 16, 48, 48), (12, 3, 112, 112),
+                                       (24, 5, 64, 72)])
+def test_past_caches_gives_batched_gemms_bits(m, k, n, ldc):
+    """batched_gemm_past_caches (non-temporal stores for the 12 x 32 blocks, AVX-512) and its
+    reference against batched_gemm bit for bit, into a c whose rows lie on 64-byte boundaries
+    (and one whose rows do not: plain stores there): rows and columns past the whole blocks,
+    the transposed a of InnerProduct's weight gradient."""
+    rng = np.random.default_rng(m + n)
+    a = rng.standard_normal((k, m)).astype(np.float32)  # read transposed: lda 1, ak m
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    expected = np.empty((m, n), np.float32)
+    batched_gemm_wide(a.reshape(-1), 0, 0, 1, m, b.reshape(-1), 0, 0, n, expected.reshape(-1), 0, 0, n, 1, m, k, n)
+    kernels = [batched_gemm_past_caches_reference] + ([batched_gemm_past_caches] if WIDE else [])
+    for kernel in kernels:
+        c = aligned_empty(m * ldc).reshape(m, ldc)
+        c[...] = np.nan
+        kernel(a.reshape(-1), 0, 1, m, b.reshape(-1), 0, n, c.reshape(-1), 0, ldc, m, k, n)
+        assert np.array_equal(c[:, :n], expected) and np.isnan(c[:, n:]).all()
