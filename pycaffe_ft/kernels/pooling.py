@@ -1510,7 +1510,6 @@ def _max_pool_wide_rows_3x3(x, planes, height, width, ph, sh, out_h, out_w, pick
     _pool_wide_rows(x, planes, height, width, 3, 3, ph, sh, out_h, out_w, picks, positions, y, mask, relu)
 
 
-
 _ROW_PAIRS = {False: (_max_pool_row_pairs_2x2, _max_pool_row_pairs_3x3, _max_pool_row_pairs_any),
               True: (_ave_pool_row_pairs_2x2, _ave_pool_row_pairs_3x3, _ave_pool_row_pairs_any)}  # by ``average``
 

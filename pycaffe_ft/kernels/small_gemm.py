@@ -25,8 +25,7 @@ from .tiered import await_ahead, c_function_ready, call
 
 __all__ = ['batched_gemm', 'batched_gemm_narrow', 'batched_gemm_wide', 'batched_gemm_reference', 'run_batched_gemm',
            'batched_gemm_function', 'call_batched_gemm', 'batched_gemm_past_caches',
-           'batched_gemm_past_caches_reference', 'rows_streamed',
-           'rows_streamed_reference', 'ROWS_STREAMED_CHUNK']
+           'batched_gemm_past_caches_reference', 'rows_streamed', 'rows_streamed_reference', 'ROWS_STREAMED_CHUNK']
 
 
 # The register blocks are written out for each height (6 rows, and 2 for the rows left over):
@@ -60,18 +59,7 @@ def _block_6x16(a, ai, lda, ak, b, bj, ldb, c, ci, ldc, k):
         a5 = vsplat(a, ai + 5 * lda + p * ak)
         c50 = vfma(a5, b0, c50)
         c51 = vfma(a5, b1, c51)
-    vstore(c, ci, c00)
-    vstore(c, ci + 8, c01)
-    vstore(c, ci + ldc, c10)
-    vstore(c, ci + ldc + 8, c11)
-    vstore(c, ci + 2 * ldc, c20)
-    vstore(c, ci + 2 * ldc + 8, c21)
-    vstore(c, ci + 3 * ldc, c30)
-    vstore(c, ci + 3 * ldc + 8, c31)
-    vstore(c, ci + 4 * ldc, c40)
-    vstore(c, ci + 4 * ldc + 8, c41)
-    vstore(c, ci + 5 * ldc, c50)
-    vstore(c, ci + 5 * ldc + 8, c51)
+    _store_6_rows(c, ci, ldc, 8, c00, c01, c10, c11, c20, c21, c30, c31, c40, c41, c50, c51, vstore)
 
 
 @njit(cache=True, nogil=True)
@@ -111,27 +99,46 @@ def _block_6x32(a, ai, lda, ak, b, bj, ldb, c, ci, ldc, k):
         c40, c41 = vfma(a4, b0, c40), vfma(a4, b1, c41)
         a5 = wsplat(a, ai + 5 * lda + p * ak)
         c50, c51 = vfma(a5, b0, c50), vfma(a5, b1, c51)
-    _store_6x32(c, ci, ldc, c00, c01, c10, c11, c20, c21, c30, c31, c40, c41, c50, c51)
+    _store_6_rows(c, ci, ldc, 16, c00, c01, c10, c11, c20, c21, c30, c31, c40, c41, c50, c51)
 
 
 @njit(cache=True, nogil=True, inline='always')
-def _store_6x32(c, ci, ldc, c00, c01, c10, c11, c20, c21, c30, c31, c40, c41, c50, c51, store=wstore):
+def _store_6_rows(c, ci, ldc, half, c00, c01, c10, c11, c20, c21, c30, c31, c40, c41, c50, c51, store=wstore):
+    """A block of 6 rows of two vectors each (the second ``half`` floats after the first) into c
+    from ci, by ``store``."""
     store(c, ci, c00)
-    store(c, ci + 16, c01)
+    store(c, ci + half, c01)
     store(c, ci + ldc, c10)
-    store(c, ci + ldc + 16, c11)
+    store(c, ci + ldc + half, c11)
     store(c, ci + 2 * ldc, c20)
-    store(c, ci + 2 * ldc + 16, c21)
+    store(c, ci + 2 * ldc + half, c21)
     store(c, ci + 3 * ldc, c30)
-    store(c, ci + 3 * ldc + 16, c31)
+    store(c, ci + 3 * ldc + half, c31)
     store(c, ci + 4 * ldc, c40)
-    store(c, ci + 4 * ldc + 16, c41)
+    store(c, ci + 4 * ldc + half, c41)
     store(c, ci + 5 * ldc, c50)
-    store(c, ci + 5 * ldc + 16, c51)
+    store(c, ci + 5 * ldc + half, c51)
 
 
 @njit(cache=True, nogil=True)
 def _block_8x32(a, ai, lda, ak, b, bj, ldb, c, ci, ldc, k):
+    _block_8x32_stored(a, ai, lda, ak, b, bj, ldb, c, ci, ldc, k, wstore)
+
+
+@njit(cache=True, nogil=True)
+def _block_8x32_added(a, ai, lda, ak, b, bj, ldb, c, ci, ldc, k):
+    """:func:`_block_8x32` added to c (each element c plus its chain)."""
+    _block_8x32_stored(a, ai, lda, ak, b, bj, ldb, c, ci, ldc, k, _add_store)
+
+
+@njit(cache=True, nogil=True, inline='always')
+def _add_store(c, ci, v):
+    """c[ci:ci + 16] += v."""
+    wstore(c, ci, vadd(wload(c, ci), v))
+
+
+@njit(cache=True, nogil=True, inline='always')
+def _block_8x32_stored(a, ai, lda, ak, b, bj, ldb, c, ci, ldc, k, store):
     c00 = c01 = c10 = c11 = c20 = c21 = wzero()
     c30 = c31 = c40 = c41 = c50 = c51 = wzero()
     d00 = d01 = d10 = d11 = wzero()
@@ -155,12 +162,12 @@ def _block_8x32(a, ai, lda, ak, b, bj, ldb, c, ci, ldc, k):
         d00, d01 = vfma(a0, b0, d00), vfma(a0, b1, d01)
         a1 = wsplat(a, di + lda + p * ak)
         d10, d11 = vfma(a1, b0, d10), vfma(a1, b1, d11)
-    _store_6x32(c, ci, ldc, c00, c01, c10, c11, c20, c21, c30, c31, c40, c41, c50, c51)
+    _store_6_rows(c, ci, ldc, 16, c00, c01, c10, c11, c20, c21, c30, c31, c40, c41, c50, c51, store)
     e = ci + 6 * ldc
-    wstore(c, e, d00)
-    wstore(c, e + 16, d01)
-    wstore(c, e + ldc, d10)
-    wstore(c, e + ldc + 16, d11)
+    store(c, e, d00)
+    store(c, e + 16, d01)
+    store(c, e + ldc, d10)
+    store(c, e + ldc + 16, d11)
 
 
 @njit(cache=True, nogil=True)
@@ -208,8 +215,8 @@ def _block_12x32_stored(a, ai, lda, ak, b, bj, ldb, c, ci, ldc, k, store):
         d40, d41 = vfma(a4, b0, d40), vfma(a4, b1, d41)
         a5 = wsplat(a, di + 5 * lda + p * ak)
         d50, d51 = vfma(a5, b0, d50), vfma(a5, b1, d51)
-    _store_6x32(c, ci, ldc, c00, c01, c10, c11, c20, c21, c30, c31, c40, c41, c50, c51, store)
-    _store_6x32(c, ci + 6 * ldc, ldc, d00, d01, d10, d11, d20, d21, d30, d31, d40, d41, d50, d51, store)
+    _store_6_rows(c, ci, ldc, 16, c00, c01, c10, c11, c20, c21, c30, c31, c40, c41, c50, c51, store)
+    _store_6_rows(c, ci + 6 * ldc, ldc, 16, d00, d01, d10, d11, d20, d21, d30, d31, d40, d41, d50, d51, store)
 
 
 @njit(cache=True, nogil=True, inline='always')
@@ -415,70 +422,31 @@ def call_batched_gemm(function, a, a_off, a_batch, lda, ak, b, b_off, b_batch, l
 
 # A product whose right operand is a tall matrix read once, row by row (InnerProduct's bottom
 # gradient, dx = dy @ W: a few items by thousands of weight rows). c's columns [lo, hi) go in
-# tiles of 32; b's rows in chunks of ROWS_STREAMED_CHUNK, each chunk's rows read for every tile
-# in turn (sixteen rows of one stretch of columns: a few streams the prefetcher follows), while
-# the tiles of c stay in the caches. Each element of c is the sum, in chunk order, of its
-# chunks' chains (fused multiply-adds from zero over the chunk's rows in order): it depends
-# neither on [lo, hi) nor on the machine's vector width. The tiles read b's columns as one
-# column panel (all of its rows) ran at a third of OpenBLAS's speed: each row of the panel is
-# another page.
+# tiles of 32 (eight rows of a tile in batched_gemm's 8 x 32 block); b's rows in chunks of
+# ROWS_STREAMED_CHUNK, each chunk's rows read for every tile in turn (sixteen rows of one
+# stretch of columns: a few streams the prefetcher follows), while the tiles of c stay in the
+# caches. Each element of c is the sum, in chunk order, of its chunks' chains (fused
+# multiply-adds from zero over the chunk's rows in order): it depends neither on [lo, hi) nor
+# on the machine's vector width. Tiles reading b's columns as one column panel (all of its
+# rows, as batched_gemm reads b) took 2.5 times OpenBLAS's time (AlexNet's fc6 at batch 16:
+# 73.5 against 28.7 ms): each row of the panel is another page.
 ROWS_STREAMED_CHUNK = 16
 
 
 @njit(cache=True, nogil=True)
-def _streamed_8x32(a, ai, lda, b, bi, ldb, rows, c, ci, ldc, first):
-    """c's 8 x 32 tile at ci (row stride ldc): the chains over ``rows`` rows of b from bi (row
-    stride ldb) times a's 8 rows from ai (row stride lda), stored (``first``) or added."""
-    c00 = c01 = c10 = c11 = c20 = c21 = c30 = c31 = wzero()
-    c40 = c41 = c50 = c51 = c60 = c61 = c70 = c71 = wzero()
-    for p in range(rows):
-        b0 = wload(b, bi + p * ldb)
-        b1 = wload(b, bi + p * ldb + 16)
-        a0 = wsplat(a, ai + p)
-        c00, c01 = vfma(a0, b0, c00), vfma(a0, b1, c01)
-        a1 = wsplat(a, ai + lda + p)
-        c10, c11 = vfma(a1, b0, c10), vfma(a1, b1, c11)
-        a2 = wsplat(a, ai + 2 * lda + p)
-        c20, c21 = vfma(a2, b0, c20), vfma(a2, b1, c21)
-        a3 = wsplat(a, ai + 3 * lda + p)
-        c30, c31 = vfma(a3, b0, c30), vfma(a3, b1, c31)
-        a4 = wsplat(a, ai + 4 * lda + p)
-        c40, c41 = vfma(a4, b0, c40), vfma(a4, b1, c41)
-        a5 = wsplat(a, ai + 5 * lda + p)
-        c50, c51 = vfma(a5, b0, c50), vfma(a5, b1, c51)
-        a6 = wsplat(a, ai + 6 * lda + p)
-        c60, c61 = vfma(a6, b0, c60), vfma(a6, b1, c61)
-        a7 = wsplat(a, ai + 7 * lda + p)
-        c70, c71 = vfma(a7, b0, c70), vfma(a7, b1, c71)
-    _streamed_store(c, ci, first, c00, c01)
-    _streamed_store(c, ci + ldc, first, c10, c11)
-    _streamed_store(c, ci + 2 * ldc, first, c20, c21)
-    _streamed_store(c, ci + 3 * ldc, first, c30, c31)
-    _streamed_store(c, ci + 4 * ldc, first, c40, c41)
-    _streamed_store(c, ci + 5 * ldc, first, c50, c51)
-    _streamed_store(c, ci + 6 * ldc, first, c60, c61)
-    _streamed_store(c, ci + 7 * ldc, first, c70, c71)
-
-
-@njit(cache=True, nogil=True)
 def _streamed_1x32(a, ai, b, bi, ldb, rows, c, ci, first):
-    """:func:`_streamed_8x32` for one row of a and c."""
+    """One row of c's 32 columns from ci: the chains over ``rows`` rows of b from bi (row
+    stride ldb) times a's row from ai, stored (``first``) or added."""
     c0 = c1 = wzero()
     for p in range(rows):
         a0 = wsplat(a, ai + p)
         c0, c1 = vfma(a0, wload(b, bi + p * ldb), c0), vfma(a0, wload(b, bi + p * ldb + 16), c1)
-    _streamed_store(c, ci, first, c0, c1)
-
-
-@njit(cache=True, nogil=True, inline='always')
-def _streamed_store(c, ci, first, v0, v1):
-    """32 floats of c from ci: v0 and v1, or c plus them."""
     if first:
-        wstore(c, ci, v0)
-        wstore(c, ci + 16, v1)
+        wstore(c, ci, c0)
+        wstore(c, ci + 16, c1)
     else:
-        wstore(c, ci, vadd(wload(c, ci), v0))
-        wstore(c, ci + 16, vadd(wload(c, ci + 16), v1))
+        _add_store(c, ci, c0)
+        _add_store(c, ci + 16, c1)
 
 
 @njit(cache=True, nogil=True)
@@ -493,8 +461,11 @@ def rows_streamed(a, b, c, m, k, n, lo, hi):
                 prefetch(b, p * n + j)
                 prefetch(b, p * n + j + 16)
             i = 0
-            while i + 8 <= m:
-                _streamed_8x32(a, i * k + p0, k, b, p0 * n + j, n, rows, c, i * n + j, n, p0 == 0)
+            while i + 8 <= m:  # batched_gemm's 8 x 32 block, its chains stored or added
+                if p0 == 0:
+                    _block_8x32(a, i * k + p0, k, 1, b, p0 * n + j, n, c, i * n + j, n, rows)
+                else:
+                    _block_8x32_added(a, i * k + p0, k, 1, b, p0 * n + j, n, c, i * n + j, n, rows)
                 i += 8
             while i < m:
                 _streamed_1x32(a, i * k + p0, b, p0 * n + j, n, rows, c, i * n + j, p0 == 0)
