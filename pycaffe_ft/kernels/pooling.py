@@ -1446,14 +1446,14 @@ def _wide_row_max(x, row, offset, width, kw, picks, k, positions, p, lowest):
     row's first column): each lane's largest tap over its window's kw columns (at least
     -FLT_MAX) and that tap's in-plane offset, the first of equal ones in window order
     (``picks[k:]`` and ``positions[p:]``: the block's part of :func:`_wide_row_picks`' tables).
-    Each tap is one permute of the 32 floats from the block's first column, the last tap of a
-    3 x 3 window one pick of them or of the float after them (in the row)."""
+    Each tap is one permute of the 32 floats from the block's first column, the last tap one
+    pick of them or of the float after them (in the row)."""
     base = picks[k]
     va, vb = wload(x, row + base), wload(x, row + base + 16)
     v = wpermute2(va, vb, picks, k + 16)
     best, index = vwhere_gt(v, lowest, v, lowest), wload(positions, p)
     for kx in range(1, kw):
-        if kx == 2:
+        if kx == kw - 1:  # the only tap whose picks reach the float after the 32
             v = wpick2(va, vb, picks, k + 16 * (kx + 1), wsplat(x, row + min(base + 32, width - 1)))
         else:
             v = wpermute2(va, vb, picks, k + 16 * (kx + 1))

@@ -158,10 +158,9 @@ def _weight_gradient(x, dy, dw, transpose):
     rows, cols = a.shape[1], b.shape[1]
     flat_a, flat_b, flat_c = a.reshape(-1), b.reshape(-1), dw.reshape(-1)
     step = 12 * max(1, (1 << 20) // (12 * cols))  # ~4 MB of dw a chunk, whole blocks of 12 rows
-    past_caches = WIDE and cols % 16 == 0 and dw.ctypes.data % 64 == 0
 
     def chunk(lo, hi):
-        if past_caches:
+        if WIDE:  # (plain stores where dw's rows do not lie on 64-byte boundaries)
             call(batched_gemm_past_caches, batched_gemm_past_caches_reference, flat_a, lo, 1, rows, flat_b, 0, cols,
                  flat_c, lo * cols, cols, hi - lo, m, cols)
         else:
