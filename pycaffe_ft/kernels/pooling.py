@@ -974,7 +974,11 @@ def max_pool_backward(dy, mask, planes, height, width, kh, kw, ph, pw, sh, sw, o
     slower than both: LeNet's pool2 backward 0.04 -> 0.07 ms, 3 x 3 windows on 8 x 8 planes
     0.05 -> 0.10.)"""
     args = (dy, mask, planes, height * width, out_h * out_w, dx, x)
-    if (kh, kw, sh, sw, ph, pw) == (2, 2, 2, 2, 0, 0) and width >= 8:
+    apart = (kh, kw, sh, sw, ph, pw) == (2, 2, 2, 2, 0, 0)
+    vectors = _gather_vectors(height, width, out_h, out_w) if apart and GATHER_VECTORS else None
+    if vectors is not None:
+        call(_max_pool_gather_vectors, numpy_references.max_pool_backward, *args, *vectors)
+    elif apart and width >= 8:
         call(_max_pool_gather, numpy_references.max_pool_backward, *args, width, out_w)
     else:
         call(_max_pool_backward, numpy_references.max_pool_backward, *args)
@@ -1072,6 +1076,61 @@ def _max_pool_gather(dy, mask, planes, in_plane, out_plane, dx, x, width, out_w)
         for column in columns:
             _gather_column(dy, mask, dx, in_base, out_base, column, height, width, out_h, out_w)
         _mask_plane_by_relu(dx, x, in_base, in_plane)
+
+
+GATHER_VECTORS = WIDE
+"""Whether max pooling's backward of 2 x 2 windows at stride 2 without padding gathers by flat
+vectors (:func:`_max_pool_gather_vectors`; AVX-512) where :func:`_gather_vectors` has a table."""
+
+GATHER_VECTORS_UP_TO = 1024
+"""The largest planes (inputs) gathered by flat vectors: their tables (136 bytes a vector) stay
+in the L1 cache beside the planes."""
+
+
+@functools.lru_cache(maxsize=64)
+def _gather_vectors(height, width, out_h, out_w):
+    """The tables of :func:`_max_pool_gather_vectors` for 2 x 2 windows at stride 2 without
+    padding: a plane's inputs in vectors of sixteen from 16 v (the last from in_plane - 16),
+    input (r, c) under window (r // 2, c // 2) if there is one; ``bases[v]``, the first of the
+    sixteen outputs vector v reads (within the plane); ``picks[16 v + l]``, lane l's output less
+    that base (int32); ``positions[16 v + l]``, lane l's in-plane offset as float32, or -2 where
+    no window holds it (no mask is -2). None for planes of fewer than 16 inputs or outputs or
+    more than ``GATHER_VECTORS_UP_TO`` inputs, and where a vector's outputs span 16 or more."""
+    in_plane, out_plane = height * width, out_h * out_w
+    if not 16 <= in_plane <= GATHER_VECTORS_UP_TO or out_plane < 16:
+        return None
+    inputs = np.minimum(np.arange(0, in_plane, 16), in_plane - 16)[:, None] + np.arange(16)
+    rows, columns = np.divmod(inputs, width)
+    inside = (rows // 2 < out_h) & (columns // 2 < out_w)
+    outputs = (rows // 2) * out_w + columns // 2
+    bases = np.minimum(np.where(inside, outputs, out_plane).min(axis=1), out_plane - 16)
+    picks = np.where(inside, outputs - bases[:, None], 0)
+    if picks.max() > 15:
+        return None
+    return bases.astype(np.int64), picks.astype(np.int32).reshape(-1), \
+        np.where(inside, inputs, -2).astype(np.float32).reshape(-1)
+
+
+@njit(cache=True, nogil=True)
+def _max_pool_gather_vectors(dy, mask, planes, in_plane, out_plane, dx, x, bases, picks, positions):
+    """:func:`_max_pool_gather` by flat vectors (the tables of :func:`_gather_vectors`): each
+    sixteen inputs of a plane, in whatever rows they lie, pick their windows' dy and mask from
+    the sixteen outputs from their base (one permute each) and are stored once, dy where the
+    mask is their position, else +0 (+0 + dy: Caffe's bits); given x, times the backward of the
+    ReLU below as they are stored. dx is written in order, whole lines, where the blocks of
+    :func:`_max_pool_gather` went down a plane's columns."""
+    zero, one = wfull(np.float32(0.0)), wfull(np.float32(1.0))
+    for plane in range(planes):
+        in_base, out_base = plane * in_plane, plane * out_plane
+        for v in range(bases.size):
+            at, k = out_base + bases[v], 16 * v
+            values, taken = wload(dy, at), wload(mask, at)
+            g = vadd_where_eq(zero, wpermute2(taken, taken, picks, k), wload(positions, k),
+                              wpermute2(values, values, picks, k))
+            d = in_base + min(k, in_plane - 16)
+            if x is not None:
+                g = vmul(g, vwhere_gt(wload(x, d), zero, one, zero))
+            wstore(dx, d, g)
 
 
 @njit(cache=True, nogil=True)
