@@ -117,7 +117,8 @@ def window_taps(height, width, kh, kw, ph, pw, sh, sw, out_h, out_w):
         _row_picks(height, width, kw, ph, pw, sh, sw, out_h, out_w), \
         _backward_rows(height, width, kh, kw, ph, pw, sh, sw, out_h, out_w), \
         _backward_plane_picks(covers, out_h * out_w), \
-        _wide_row_picks(height, width, kh, kw, ph, pw, sh, sw, out_h, out_w)
+        _wide_row_picks(height, width, kh, kw, ph, pw, sh, sw, out_h, out_w), \
+        _parity_picks(height, width, kh, kw, ph, pw, sh, sw, out_h, out_w)
 
 
 def _chunk_windows(height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, sizes, per):
@@ -169,6 +170,25 @@ def _plane_picks(height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, sizes):
     offsets = rows * width + columns
     return picks, offsets.astype(np.float32).reshape(-1), lane_sizes, \
         _if_repeats_serve(offsets.astype(np.int32).reshape(-1), height, width, ph, pw, sh, sw, out_h, out_w)
+
+
+def _parity_picks(height, width, kh, kw, ph, pw, sh, sw, out_h, out_w):
+    """One plane a vector by row parity (average pooling at row stride 2; planes of at most 64
+    inputs and 16 outputs whose even rows and odd rows each fit in 32 floats): ``picks[:64]``,
+    the plane's elements in its even rows (the first 32) and its odd rows (the next 32), row
+    after row; then for tap t (row-major in the window) of lane l, ``picks[64 + 16 t + l]``: its
+    element of the 32 of its row's parity, (ky - ph) % 2, or 32 where the tap is outside the
+    image or the lane past the outputs. None for other planes."""
+    if height * width > 64 or out_h * out_w > 16 or sh != 2 or -(-height // 2) * width > 32:
+        return None
+    _, rows, columns, inside, _ = _chunk_windows(height, width, kh, kw, ph, pw, sh, sw, out_h, out_w,
+                                                 np.ones(out_h * out_w, np.float32), out_h)
+    split = np.zeros((2, 32), np.int64)
+    for parity in (0, 1):
+        elements = (np.arange(parity, height, 2)[:, None] * width + np.arange(width)).reshape(-1)
+        split[parity, :elements.size] = elements
+    picks = np.where(inside, (rows // 2) * width + columns, 32)
+    return np.concatenate([split.reshape(-1), picks.reshape(-1)]).astype(np.int32)
 
 
 def _pair_picks(height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, sizes):
@@ -815,8 +835,12 @@ BLOCKS_UP_TO = 32
 between a block and the next, go by rows: AlexNet's 55 x 55 pool1 4.1-4.2 -> 4.2-4.5 ms by
 blocks on Zen 3, one thread, 256 of GoogLeNet's 112 x 112 planes 1.2-1.4 -> 1.5-1.6 ms)."""
 
-PLANE_AHEAD = 2048
-"""How far ahead (floats) the small-plane kernels prefetch their input."""
+PLANE_AHEAD = 0
+"""How far ahead (floats) the small-plane kernels prefetch their input: 0, each plane's lines all
+at once just before it is pooled. In-net, caches evicted before each pass (as ``pycaffe-ft
+time`` measures), one thread, against 2048 (8 KB ahead, which Zen 3 hosts had gained from):
+CIFAR10-quick's pool1 forward 0.94-0.98 -> 0.70-0.79 ms, AlexNet's pool2 0.85-0.93 -> 0.70-0.73,
+LeNet's pool1 0.18 -> 0.165; with no prefetch at all, 0.91-0.96 and 0.90-0.91 ms."""
 
 SIXTEEN_FROM = 9 if WIDE else None
 """The narrowest output rows pooled sixteen outputs a block (AVX-512 only; narrower rows fit
@@ -852,6 +876,10 @@ def _small_planes(x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w
     row pairs (AVX-512), or by blocks (by window rows for max pooling; without AVX-512), where
     the planes are small enough, else None. These kernels apply a ReLU fused after the pooling
     (``relu``) as they store y."""
+    if PLANE_VECTORS and average and taps[10] is not None:
+        kernel, window = _window_kernel(_AVE_PARITY_PLANE_VECTORS, kh, kw)
+        return kernel, (x, planes, height, width, *window, ph, out_h, out_w, taps[10], taps[4][2], y, PLANE_AHEAD,
+                        relu)
     if PLANE_VECTORS and taps[4] is not None and (average or taps[4][3] is not None):
         picks, positions, sizes, repeats = taps[4]
         if average:
@@ -1221,7 +1249,7 @@ def _ave_pool_lanes_any_wide(x, planes, in_plane, width, kh, kw, starts, offsets
 # the sum starts at +0, so adding +0 leaves its bits alone). Hot, one thread:
 # LeNet's pool2 forward 0.033 -> 0.024 ms, CIFAR10-quick's pool3 0.103 -> 0.062 against plane
 # lanes; in-net, passes alternated, 0.083 -> 0.073 and 0.091 -> 0.069, and LeNet's pool2 0.061
-# -> 0.049 with the input prefetched 8 KB ahead (``PLANE_AHEAD``).
+# -> 0.049 with the input prefetched 8 KB ahead (then; now each plane as it starts: ``PLANE_AHEAD``).
 # Row pairs (AVX-512; planes at most 16 wide, rows of at most 8 outputs: CIFAR10-quick's pool2,
 # AlexNet's pool5): output rows 2 c and 2 c + 1 are the lanes of one vector, in output order;
 # each window row ky is two loads (that row of each output row's window, sixteen floats from
@@ -1270,6 +1298,51 @@ def _ave_plane_vector(x, at, height, width, kh, kw, ph, sh, out_h, out_w, picks,
     for t in range(0, picks.size, 16):
         total = vadd(total, wpick(v0, v1, v2, v3, picks, t, zero))
     vstore(y, o, _top(vdiv(total, wload(sizes, 0)), relu))
+
+
+@njit(cache=True, nogil=True, inline='always')
+def _ave_plane_vector_by_parity(x, at, height, width, kh, kw, ph, sh, out_h, out_w, picks, sizes, y, mask, o, per,
+                                relu):
+    """Plane x[at:at + 64]'s average pooling outputs into y[o:o + 16] by row parity (the tables of
+    :func:`_parity_picks`): its even rows and its odd rows are first made two 32-float pairs of
+    vectors (four picks from the plane), so that each tap, whose window row has one parity in
+    every lane, is one pick from two vectors (:func:`wpick2`) where it was one from four."""
+    v0, v1, v2, v3 = wload(x, at), wload(x, at + 16), wload(x, at + 32), wload(x, at + 48)
+    even0, even1 = wpermute4(v0, v1, v2, v3, picks, 0), wpermute4(v0, v1, v2, v3, picks, 16)
+    odd0, odd1 = wpermute4(v0, v1, v2, v3, picks, 32), wpermute4(v0, v1, v2, v3, picks, 48)
+    zero = wfull(np.float32(0.0))
+    total = zero
+    for ky in range(kh):
+        a, b = (odd0, odd1) if (ky - ph) % 2 else (even0, even1)
+        for kx in range(kw):
+            total = vadd(total, wpick2(a, b, picks, 64 + 16 * (ky * kw + kx), zero))
+    vstore(y, o, _top(vdiv(total, wload(sizes, 0)), relu))
+
+
+# One plane a vector by row parity, 3 x 3 and 2 x 2 windows compiled as constants (their taps
+# unroll), else any window. CIFAR10-quick's 8 x 8 pool3 (6400 planes) alone, hot, one thread:
+# 74-76 -> 56 us against one plane a vector from four (67 us with the window not compiled in).
+@njit(cache=True, nogil=True)
+def _ave_pool_parity_plane_vectors_3x3(x, planes, height, width, ph, out_h, out_w, picks, sizes, y, ahead, relu):
+    _pool_small_planes(_ave_plane_vector_by_parity, False, x, planes, height, width, 3, 3, ph, 2, out_h, out_w, 1, 0,
+                       64, 16, picks, sizes, y, y, ahead, relu)
+
+
+@njit(cache=True, nogil=True)
+def _ave_pool_parity_plane_vectors_2x2(x, planes, height, width, ph, out_h, out_w, picks, sizes, y, ahead, relu):
+    _pool_small_planes(_ave_plane_vector_by_parity, False, x, planes, height, width, 2, 2, ph, 2, out_h, out_w, 1, 0,
+                       64, 16, picks, sizes, y, y, ahead, relu)
+
+
+@njit(cache=True, nogil=True)
+def _ave_pool_parity_plane_vectors_any(x, planes, height, width, kh, kw, ph, out_h, out_w, picks, sizes, y, ahead,
+                                       relu):
+    _pool_small_planes(_ave_plane_vector_by_parity, False, x, planes, height, width, kh, kw, ph, 2, out_h, out_w, 1,
+                       0, 64, 16, picks, sizes, y, y, ahead, relu)
+
+
+_AVE_PARITY_PLANE_VECTORS = (_ave_pool_parity_plane_vectors_2x2, _ave_pool_parity_plane_vectors_3x3,
+                             _ave_pool_parity_plane_vectors_any)
 
 
 @njit(cache=True, nogil=True, inline='always')

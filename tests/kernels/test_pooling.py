@@ -211,6 +211,22 @@ def test_max_pooling_backward_by_gathering_gives_caffes_bits(geometry, floor):
         gathered, _ = _both(pooling._max_pool_gather, references.max_pool_backward, [planes * height * width],
                             lambda dx: (dy, mask, planes, height * width, out_h * out_w, dx, below, width, out_w))
         assert gathered == theirs
+        vectors = pooling._gather_vectors(height, width, out_h, out_w)
+        if vectors is not None:  # on every CPU here; max_pool_backward takes it with AVX-512
+            by_vectors, _ = _both(pooling._max_pool_gather_vectors, references.max_pool_backward,
+                                  [planes * height * width],
+                                  lambda dx: (dy, mask, planes, height * width, out_h * out_w, dx, below, *vectors))
+            assert by_vectors == theirs
+
+
+def test_gather_vectors_take_planes_whose_vectors_read_sixteen_outputs():
+    """LeNet's two pools (24 x 24 and 8 x 8) and the gathered geometries with a table; none for
+    planes under 16 outputs or over the size limit."""
+    assert pooling._gather_vectors(24, 24, 12, 12) is not None and pooling._gather_vectors(8, 8, 4, 4) is not None
+    assert pooling._gather_vectors(6, 6, 3, 3) is None  # 9 outputs
+    assert pooling._gather_vectors(64, 64, 32, 32) is None  # over GATHER_VECTORS_UP_TO
+    bases, picks, positions = pooling._gather_vectors(24, 24, 12, 12)
+    assert bases.size == 36 and picks.max() <= 15 and (positions >= 0).all()
 
 
 BY_OUTPUT_ROWS = [(16, 16, 3, 0, 2), (8, 9, 3, 0, 2), (15, 15, 3, 1, 2), (9, 12, 3, 0, 2), (11, 16, 3, 1, 2),
@@ -257,3 +273,38 @@ def test_average_pooling_backward_ways_give_caffes_bits(way, geometry, floor, mo
                              lambda dx: references.ave_pool_backward(dy, planes, taps[2], taps[3], dx, below),
                              [planes * height * width], lambda dx: (dx,))
         assert ours == theirs
+
+
+PARITY = [(8, 8, 3, 0, 2), (7, 7, 3, 1, 2), (6, 6, 2, 0, 2), (6, 9, 3, 0, 2), (3, 9, 3, 0, 2), (5, 3, 5, 2, 2),
+          (4, 4, 3, 1, 2)]
+"""(H, W, kernel, pad, stride) whose average pooling goes one plane a vector by row parity:
+CIFAR10-quick's pool3, a pad that makes a window's first row odd, 2 x 2, 3 x 3 and any window,
+parities of 32 floats and of fewer, windows clipped by the pad and the image."""
+
+
+@pytest.mark.skipif(not pooling.WIDE, reason='one plane a vector by row parity: AVX-512 only')
+@pytest.mark.parametrize('relu', [False, True])
+@pytest.mark.parametrize('geometry', PARITY)
+def test_average_pooling_by_row_parity_gives_caffes_bits(geometry, relu):
+    """Against Caffe's loops in NumPy (NaN, infinities and signed zeros; a plane of -inf), the
+    fused ReLU too; the kernel is the one for this window."""
+    planes, x, args = _pool_case(geometry, sum(geometry) + relu)
+    size = planes * args[-2] * args[-1]
+
+    def ours(*a):
+        kernel, arguments = pooling._small_planes(*a[:-1], pooling.window_taps(*args), a[-1], a[-1], True, relu)
+        assert kernel in pooling._AVE_PARITY_PLANE_VECTORS
+        kernel(*arguments)
+
+    def reference(*a):
+        references.ave_pool_caffe(*a)
+        if relu:
+            relu_forward(a[-1], a[-1])
+    mine, theirs = _both(ours, reference, [size], lambda y: (x, planes, *args, y))
+    assert mine == theirs
+
+
+def test_row_parity_needs_stride_two_and_parities_of_32_floats():
+    assert pooling._parity_picks(7, 9, 3, 3, 0, 0, 2, 2, 3, 4) is None  # even rows: 4 x 9 floats
+    assert pooling._parity_picks(8, 8, 3, 3, 1, 1, 1, 1, 8, 8) is None  # stride 1
+    assert pooling._parity_picks(8, 8, 3, 3, 0, 0, 2, 2, 4, 4).size == 64 + 9 * 16
