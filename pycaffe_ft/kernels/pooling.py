@@ -835,12 +835,23 @@ BLOCKS_UP_TO = 32
 between a block and the next, go by rows: AlexNet's 55 x 55 pool1 4.1-4.2 -> 4.2-4.5 ms by
 blocks on Zen 3, one thread, 256 of GoogLeNet's 112 x 112 planes 1.2-1.4 -> 1.5-1.6 ms)."""
 
-PLANE_AHEAD = 0
-"""How far ahead (floats) the small-plane kernels prefetch their input: 0, each plane's lines all
-at once just before it is pooled. In-net, caches evicted before each pass (as ``pycaffe-ft
-time`` measures), one thread, against 2048 (8 KB ahead, which Zen 3 hosts had gained from):
-CIFAR10-quick's pool1 forward 0.94-0.98 -> 0.70-0.79 ms, AlexNet's pool2 0.85-0.93 -> 0.70-0.73,
-LeNet's pool1 0.18 -> 0.165; with no prefetch at all, 0.91-0.96 and 0.90-0.91 ms."""
+PLANE_AHEAD = 2048
+"""How far ahead (floats) the small-plane kernels prefetch their input, for planes under
+``AT_ONCE_FROM`` floats."""
+
+AT_ONCE_FROM = 512 if WIDE else None
+"""Planes of this many floats and more are prefetched as they start (AVX-512 hosts, where it was
+measured), each plane's lines all at once just before it is pooled (ahead 0). In-net, caches evicted before each pass (as
+``pycaffe-ft time`` measures), one thread, passes alternated, against 8 KB ahead:
+CIFAR10-quick's 32 x 32 pool1 forward 0.93-0.95 -> 0.75 ms, AlexNet's 27 x 27 pool2 0.85-0.93
+-> 0.70-0.73, LeNet's 24 x 24 pool1 0.18 -> 0.165 (with no prefetch at all: 0.91-0.96, 0.90);
+but CIFAR10-quick's 16 x 16 and 8 x 8 average pools 0.235 / 0.112 -> 0.252 / 0.122 ms."""
+
+
+def _ahead(height, width):
+    """The ``ahead`` the small-plane kernels take for planes of this size."""
+    return 0 if AT_ONCE_FROM is not None and height * width >= AT_ONCE_FROM else PLANE_AHEAD
+
 
 SIXTEEN_FROM = 9 if WIDE else None
 """The narrowest output rows pooled sixteen outputs a block (AVX-512 only; narrower rows fit
@@ -876,22 +887,23 @@ def _small_planes(x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w
     row pairs (AVX-512), or by blocks (by window rows for max pooling; without AVX-512), where
     the planes are small enough, else None. These kernels apply a ReLU fused after the pooling
     (``relu``) as they store y."""
+    ahead = _ahead(height, width)
     if PLANE_VECTORS and average and taps[10] is not None:
         kernel, window = _window_kernel(_AVE_PARITY_PLANE_VECTORS, kh, kw)
-        return kernel, (x, planes, height, width, *window, ph, out_h, out_w, taps[10], taps[4][2], y, PLANE_AHEAD,
+        return kernel, (x, planes, height, width, *window, ph, out_h, out_w, taps[10], taps[4][2], y, ahead,
                         relu)
     if PLANE_VECTORS and taps[4] is not None and (average or taps[4][3] is not None):
         picks, positions, sizes, repeats = taps[4]
         if average:
-            return _ave_pool_plane_vectors, (x, planes, height, width, out_h, out_w, picks, sizes, y, PLANE_AHEAD,
+            return _ave_pool_plane_vectors, (x, planes, height, width, out_h, out_w, picks, sizes, y, ahead,
                                              relu)
         return (_max_pool_plane_vectors,
-                (x, planes, height, width, out_h, out_w, repeats, positions, y, mask, PLANE_AHEAD, relu))
+                (x, planes, height, width, out_h, out_w, repeats, positions, y, mask, ahead, relu))
     if ROW_PAIRS and not average and taps[6] is not None:
         kernel, window = _window_kernel(_SINGLE_ROWS, kh, kw)
         picks, positions = taps[6]
         return kernel, (x, planes, height, width, *window, ph, sh, out_h, out_w, 1, picks, positions, y, mask,
-                        PLANE_AHEAD, relu)
+                        ahead, relu)
     if WIDE_ROWS and not average and taps[9] is not None:
         picks, positions = taps[9]
         return _max_pool_wide_rows_3x3, (x, planes, height, width, ph, sh, out_h, out_w, picks, positions, y, mask,
@@ -900,14 +912,14 @@ def _small_planes(x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w
         if average:
             return ((_ave_pool_blocks_3x3_stride_1, _ave_pool_blocks_3x3_stride_2)[sw - 1],
                     (x, planes, height, width, ph, pw, sh, out_h, out_w,
-                     _ave_block_table(height, width, ph, pw, sh, sw, out_h, out_w), y, PLANE_AHEAD, relu))
-        return _max_pool_blocks_3x3, (x, planes, height, width, ph, pw, sh, sw, out_h, out_w, y, mask, PLANE_AHEAD,
+                     _ave_block_table(height, width, ph, pw, sh, sw, out_h, out_w), y, ahead, relu))
+        return _max_pool_blocks_3x3, (x, planes, height, width, ph, pw, sh, sw, out_h, out_w, y, mask, ahead,
                                       relu)
     if ROW_PAIRS and taps[5] is not None and (average or taps[5][4] is not None):
         picks, positions, sizes, per, repeats = taps[5]
         kernel, window = _window_kernel(_ROW_PAIRS[average], kh, kw)
         tables = (picks, sizes, y) if average else (repeats, positions, y, mask)
-        return kernel, (x, planes, height, width, *window, ph, sh, out_h, out_w, per, *tables, PLANE_AHEAD, relu)
+        return kernel, (x, planes, height, width, *window, ph, sh, out_h, out_w, per, *tables, ahead, relu)
     return None
 
 
@@ -1249,7 +1261,7 @@ def _ave_pool_lanes_any_wide(x, planes, in_plane, width, kh, kw, starts, offsets
 # the sum starts at +0, so adding +0 leaves its bits alone). Hot, one thread:
 # LeNet's pool2 forward 0.033 -> 0.024 ms, CIFAR10-quick's pool3 0.103 -> 0.062 against plane
 # lanes; in-net, passes alternated, 0.083 -> 0.073 and 0.091 -> 0.069, and LeNet's pool2 0.061
-# -> 0.049 with the input prefetched 8 KB ahead (then; now each plane as it starts: ``PLANE_AHEAD``).
+# -> 0.049 with the input prefetched 8 KB ahead (``PLANE_AHEAD``, ``AT_ONCE_FROM``).
 # Row pairs (AVX-512; planes at most 16 wide, rows of at most 8 outputs: CIFAR10-quick's pool2,
 # AlexNet's pool5): output rows 2 c and 2 c + 1 are the lanes of one vector, in output order;
 # each window row ky is two loads (that row of each output row's window, sixteen floats from
