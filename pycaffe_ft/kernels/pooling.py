@@ -13,7 +13,8 @@ Six ways through the planes:
 - **Small planes** (forward, AVX-512; :func:`_small_planes`): planes of at most 64 inputs and
   16 outputs (LeNet's pool2, CIFAR10-quick's pool3) **one plane a vector**, the plane's inputs
   in four sixteen-lane vectors and each window tap of all its outputs one pick from them by a
-  table (``wpick``); planes at most 16 wide with rows of at most 8 outputs (CIFAR10-quick's
+  table (``wpick``; average pooling at row stride 2 from the plane's even and odd rows, two
+  vectors each, made first: :func:`_ave_plane_vector_by_parity`); planes at most 16 wide with rows of at most 8 outputs (CIFAR10-quick's
   pool2, AlexNet's pool5) by **row pairs**, two output rows a vector and each tap one pick
   from the two input rows it reads (``wpick2``), and planes at most 32 wide with rows of at most
   16 outputs (LeNet's pool1, CIFAR10-quick's pool1) by **single rows**, each tap one pick from
@@ -67,7 +68,9 @@ Six ways through the planes:
   below's mask, a pass of its own before, 0.45 / 0.22 -> 0.15 / 0.08 ms.)
 - **Scatter and gather** (the backward of max pooling): each output's dy added at its argmax,
   in output order, into a zeroed dx (:func:`_max_pool_backward`); 2 x 2 windows at stride 2,
-  which never overlap, gather instead, each input stored once (:func:`_max_pool_gather`). For
+  which never overlap, gather instead, each input stored once (:func:`_max_pool_gather`; with
+  AVX-512 on planes of up to 1024 inputs by flat vectors, sixteen inputs of a plane in whatever
+  rows they lie, dx written in order: :func:`_max_pool_gather_vectors`). For
   overlapping 3 x 3 windows at stride 2 a gather in eight lanes (up to four candidate windows
   an input, each a compare and an add) ran as many instructions as the scatter and was 10%
   slower (CIFAR10-quick's pool1) to 30% (AlexNet's pool1, whose odd width leaves a column to
