@@ -10,25 +10,25 @@ row-major output order.
 
 Six ways through the planes:
 
-- **Small planes** (forward, AVX-512; :func:`_small_planes`): planes of at most 64 inputs and
-  16 outputs (LeNet's pool2, CIFAR10-quick's pool3) **one plane a vector**, the plane's inputs
-  in four sixteen-lane vectors and each window tap of all its outputs one pick from them by a
-  table (``wpick``; average pooling at row stride 2 from the plane's even and odd rows, two
-  vectors each, made first: :func:`_ave_plane_vector_by_parity`); planes at most 16 wide with rows of at most 8 outputs (CIFAR10-quick's
-  pool2, AlexNet's pool5) by **row pairs**, two output rows a vector and each tap one pick
-  from the two input rows it reads (``wpick2``), and planes at most 32 wide with rows of at most
-  16 outputs (LeNet's pool1, CIFAR10-quick's pool1) by **single rows**, each tap one pick from
-  the two halves of its input row; max pooling there by **window rows**: each input row's
-  maxima over the window's columns, then each output row's over its window rows, a row two
-  windows share reduced once (:func:`_max_single_rows`), and 3 x 3 max pooling at stride 2 of
-  wider planes the same way by **wide rows**, sixteen outputs of a row a block (AlexNet's pool1,
-  :func:`_pool_wide_rows`); max pooling's taps outside the image are read as repeats of the
-  nearest inside ones, so that its picks need no select. Without AVX-512, 3 x 3 max pooling at
-  strides 1 and 2 of planes at most 32 wide with rows of 8 outputs or more goes by **blocks by
-  window rows**, the same reduction on blocks of eight outputs of a row, a block's output rows
-  in turn (:func:`_max_blocks_by_window_rows`); 3 x 3 average pooling of such planes goes by
-  **blocks**, each lane adding its window's taps in order, with a table of the taps inside the
-  image and of the divisors (:func:`_ave_blocks3`). See :func:`_pool_small_planes`. These
+- **Small planes** (forward, AVX-512; :func:`_small_planes`): planes of at most 64 inputs and 16
+  outputs (LeNet's pool2, CIFAR10-quick's pool3) **one plane a vector**, the plane's inputs in
+  four sixteen-lane vectors and each window tap of all its outputs one pick from them by a table
+  (``wpick``; average pooling at row stride 2 from the plane's even and odd rows, two vectors
+  each, made first: :func:`_ave_plane_vector_by_parity`); planes at most 16 wide with rows of at
+  most 8 outputs (CIFAR10-quick's pool2, AlexNet's pool5) by **row pairs**, two output rows a
+  vector and each tap one pick from the two input rows it reads (``wpick2``), and planes at most
+  32 wide with rows of at most 16 outputs (LeNet's pool1, CIFAR10-quick's pool1) by **single
+  rows**, each tap one pick from the two halves of its input row; max pooling there by **window
+  rows**: each input row's maxima over the window's columns, then each output row's over its
+  window rows, a row two windows share reduced once (:func:`_max_single_rows`), and 3 x 3 max
+  pooling at stride 2 of wider planes the same way by **wide rows**, sixteen outputs of a row a
+  block (AlexNet's pool1, :func:`_pool_wide_rows`); max pooling's taps outside the image are read
+  as repeats of the nearest inside ones, so that its picks need no select. Without AVX-512, 3 x 3
+  max pooling at strides 1 and 2 of planes at most 32 wide with rows of 8 outputs or more goes by
+  **blocks by window rows**, the same reduction on blocks of eight outputs of a row, a block's
+  output rows in turn (:func:`_max_blocks_by_window_rows`); 3 x 3 average pooling of such planes
+  goes by **blocks**, each lane adding its window's taps in order, with a table of the taps inside
+  the image and of the divisors (:func:`_ave_blocks3`). See :func:`_pool_small_planes`. These
   kernels apply a ReLU fused after the pooling as they store.
 - **Rows** (forward, stride 1 or 2, output rows of ``ROWS_MIN_WIDTH`` or more: 6 for max, 12
   for average pooling): eight outputs of one row are the lanes of a vector, sixteen with
@@ -844,8 +844,9 @@ PLANE_AHEAD = 2048
 
 AT_ONCE_FROM = 512 if WIDE else None
 """Planes of this many floats and more are prefetched as they start (AVX-512 hosts, where it was
-measured), each plane's lines all at once just before it is pooled (ahead 0). In-net, caches evicted before each pass (as
-``pycaffe-ft time`` measures), one thread, passes alternated, against 8 KB ahead:
+measured), each plane's lines all at once just before it is pooled (ahead 0). In-net, caches
+evicted before each pass (as ``pycaffe-ft time`` measures), one thread, passes alternated,
+against 8 KB ahead:
 CIFAR10-quick's 32 x 32 pool1 forward 0.93-0.95 -> 0.75 ms, AlexNet's 27 x 27 pool2 0.85-0.93
 -> 0.70-0.73, LeNet's 24 x 24 pool1 0.18 -> 0.165 (with no prefetch at all: 0.91-0.96, 0.90);
 but CIFAR10-quick's 16 x 16 and 8 x 8 average pools 0.235 / 0.112 -> 0.252 / 0.122 ms."""
@@ -1012,8 +1013,8 @@ def max_pool_backward(dy, mask, planes, height, width, kh, kw, ph, pw, sh, sw, o
     bottom data ``x``, dx goes through the backward of a ReLU on x (:func:`~.relu.relu_backward`'s
     rule), plane by plane while it is in the caches. While the kernel compiles in the background
     (:mod:`.tiered`), by its NumPy reference. 2 x 2 windows at stride 2 without padding, on
-    planes at least 8 wide, by gathering (:func:`_max_pool_gather`); the other geometries
-    scatter. (One plane a vector, as average pooling's backward goes for small planes, was
+    planes at least 8 wide, by gathering (:func:`_max_pool_gather`; by flat vectors where
+    :func:`_gather_vectors` has a table, AVX-512); the other geometries scatter. (One plane a vector, as average pooling's backward goes for small planes, was
     slower than both: LeNet's pool2 backward 0.04 -> 0.07 ms, 3 x 3 windows on 8 x 8 planes
     0.05 -> 0.10.)"""
     args = (dy, mask, planes, height * width, out_h * out_w, dx, x)

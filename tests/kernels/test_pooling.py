@@ -43,20 +43,29 @@ before."""
 def test_max_pooling_of_wide_rows_goes_by_window_rows_with_caffes_bits(geometry, relu):
     """Against Caffe's loops in NumPy, NaN, infinities, signed zeros and a plane of -inf
     included, the fused ReLU too."""
+    mine, theirs = _small_planes_against_caffe(geometry, relu, False, lambda k: k is pooling._max_pool_wide_rows_3x3)
+    assert mine == theirs
+
+
+def _small_planes_against_caffe(geometry, relu, average, takes):
+    """The kernel :func:`~pycaffe_ft.kernels.pooling._small_planes` picks for this geometry
+    (``takes(kernel)`` must hold) and Caffe's loops in NumPy, then the ReLU where ``relu``, as
+    :class:`_Bits`: NaN, infinities, signed zeros and a plane of -inf in x."""
     planes, x, args = _pool_case(geometry, sum(geometry) + relu)
     size = planes * args[-2] * args[-1]
+    outputs = [size] if average else [size, size]
 
     def ours(*a):
-        kernel, arguments = pooling._small_planes(*a[:-2], pooling.window_taps(*args), *a[-2:], False, relu)
-        assert kernel is pooling._max_pool_wide_rows_3x3
+        y, mask = a[-len(outputs)], a[-1]
+        kernel, arguments = pooling._small_planes(x, planes, *args, pooling.window_taps(*args), y, mask, average, relu)
+        assert takes(kernel)
         kernel(*arguments)
 
     def reference(*a):
-        references.max_pool_caffe(*a)
+        (references.ave_pool_caffe if average else references.max_pool_caffe)(*a)
         if relu:
-            relu_forward(a[-2], a[-2])
-    mine, theirs = _both(ours, reference, [size, size], lambda y, mask: (x, planes, *args, y, mask))
-    assert mine == theirs
+            relu_forward(a[-len(outputs)], a[-len(outputs)])
+    return _both(ours, reference, outputs, lambda *y: (x, planes, *args, *y))
 
 
 BLOCKS = [g for g in POOLS if pooling._by_blocks(g[0], g[1], g[2], g[2], g[3], g[3], g[4], g[4],
@@ -288,19 +297,8 @@ parities of 32 floats and of fewer, windows clipped by the pad and the image."""
 def test_average_pooling_by_row_parity_gives_caffes_bits(geometry, relu):
     """Against Caffe's loops in NumPy (NaN, infinities and signed zeros; a plane of -inf), the
     fused ReLU too; the kernel is the one for this window."""
-    planes, x, args = _pool_case(geometry, sum(geometry) + relu)
-    size = planes * args[-2] * args[-1]
-
-    def ours(*a):
-        kernel, arguments = pooling._small_planes(*a[:-1], pooling.window_taps(*args), a[-1], a[-1], True, relu)
-        assert kernel in pooling._AVE_PARITY_PLANE_VECTORS
-        kernel(*arguments)
-
-    def reference(*a):
-        references.ave_pool_caffe(*a)
-        if relu:
-            relu_forward(a[-1], a[-1])
-    mine, theirs = _both(ours, reference, [size], lambda y: (x, planes, *args, y))
+    mine, theirs = _small_planes_against_caffe(geometry, relu, True,
+                                               lambda k: k in pooling._AVE_PARITY_PLANE_VECTORS)
     assert mine == theirs
 
 
