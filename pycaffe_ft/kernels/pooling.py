@@ -1337,7 +1337,8 @@ def _ave_plane_vector_by_parity(x, at, height, width, kh, kw, ph, sh, out_h, out
 
 # One plane a vector by row parity, 3 x 3 and 2 x 2 windows compiled as constants (their taps
 # unroll), else any window. CIFAR10-quick's 8 x 8 pool3 (6400 planes) alone, hot, one thread:
-# 74-76 -> 56 us against one plane a vector from four (67 us with the window not compiled in).
+# 73-74 -> 65 us against one plane a vector from four (a replica without the prefetch: 56 us;
+# with the window not compiled in: 67).
 @njit(cache=True, nogil=True)
 def _ave_pool_parity_plane_vectors_3x3(x, planes, height, width, ph, out_h, out_w, picks, sizes, y, ahead, relu):
     _pool_small_planes(_ave_plane_vector_by_parity, False, x, planes, height, width, 3, 3, ph, 2, out_h, out_w, 1, 0,
