@@ -846,10 +846,10 @@ AT_ONCE_FROM = 512 if WIDE else None
 """Planes of this many floats and more are prefetched as they start (AVX-512 hosts, where it was
 measured), each plane's lines all at once just before it is pooled (ahead 0). In-net, caches
 evicted before each pass (as ``pycaffe-ft time`` measures), one thread, passes alternated,
-against 8 KB ahead:
-CIFAR10-quick's 32 x 32 pool1 forward 0.93-0.95 -> 0.75 ms, AlexNet's 27 x 27 pool2 0.85-0.93
--> 0.70-0.73, LeNet's 24 x 24 pool1 0.18 -> 0.165 (with no prefetch at all: 0.91-0.96, 0.90);
-but CIFAR10-quick's 16 x 16 and 8 x 8 average pools 0.235 / 0.112 -> 0.252 / 0.122 ms."""
+against 8 KB ahead: CIFAR10-quick's 32 x 32 pool1 forward 0.93-0.95 -> 0.75 ms, AlexNet's 27 x
+27 pool2 0.85-0.93 -> 0.70-0.73, LeNet's 24 x 24 pool1 0.18 -> 0.165 (with no prefetch at all:
+0.91-0.96, 0.90); but CIFAR10-quick's 16 x 16 and 8 x 8 average pools 0.235 / 0.112 -> 0.252 /
+0.122 ms, so smaller planes keep ``PLANE_AHEAD``."""
 
 
 def _ahead(height, width):
@@ -1014,9 +1014,9 @@ def max_pool_backward(dy, mask, planes, height, width, kh, kw, ph, pw, sh, sw, o
     rule), plane by plane while it is in the caches. While the kernel compiles in the background
     (:mod:`.tiered`), by its NumPy reference. 2 x 2 windows at stride 2 without padding, on
     planes at least 8 wide, by gathering (:func:`_max_pool_gather`; by flat vectors where
-    :func:`_gather_vectors` has a table, AVX-512); the other geometries scatter. (One plane a vector, as average pooling's backward goes for small planes, was
-    slower than both: LeNet's pool2 backward 0.04 -> 0.07 ms, 3 x 3 windows on 8 x 8 planes
-    0.05 -> 0.10.)"""
+    :func:`_gather_vectors` has a table, AVX-512); the other geometries scatter. (One plane a
+    vector, as average pooling's backward goes for small planes, was slower than both: LeNet's
+    pool2 backward 0.04 -> 0.07 ms, 3 x 3 windows on 8 x 8 planes 0.05 -> 0.10.)"""
     args = (dy, mask, planes, height * width, out_h * out_w, dx, x)
     apart = (kh, kw, sh, sw, ph, pw) == (2, 2, 2, 2, 0, 0)
     vectors = _gather_vectors(height, width, out_h, out_w) if apart and GATHER_VECTORS else None
