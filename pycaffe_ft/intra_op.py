@@ -294,7 +294,8 @@ def _crew():
 
 
 def run_chunks(fn, chunks):
-    """``[fn(lo, hi) for lo, hi in chunks]``, the calls spread over the threads.
+    """``[fn(*chunk) for chunk in chunks]`` (a chunk is most often an image or row range
+    ``(lo, hi)``), the calls spread over the threads.
 
     ``fn`` must write only what belongs to its chunk (its images of a top or bottom, its own
     partial-result array) and may call NumPy and nogil Numba kernels; results come back in
@@ -306,7 +307,7 @@ def run_chunks(fn, chunks):
     """
     threads = min(num_threads(), len(chunks))
     if threads <= 1 or threading.current_thread().name.startswith('pycaffe-ft-op') or not kernels_ready():
-        return [fn(lo, hi) for lo, hi in chunks]
+        return [fn(*chunk) for chunk in chunks]
     results = [None] * len(chunks)
     claims = itertools.count()  # next() is atomic under the GIL
 
@@ -361,14 +362,20 @@ def planes(array):
     return array.reshape(rows, array.size // rows if rows else 0)
 
 
-def for_images(fn, num, per_image, least=1 << 16):
-    """``fn(lo, hi)`` over image ranges on the threads: for work whose images are independent
-    (elementwise layers, pooling, normalisation across channels). Below ``least`` values it is
-    one call here: handing work to a thread costs more than it saves (LeNet's ReLU on 64 x 500
-    values: 0.08 ms in one call, 0.16 ms in four chunks on two threads)."""
+def image_ranges(num, per_image, least=1 << 16):
+    """The image ranges :func:`for_images` splits ``num`` images into: one range below
+    ``least`` values (handing work to a thread costs more than it saves: LeNet's ReLU on 64 x
+    500 values took 0.08 ms in one call, 0.16 ms in four chunks on two threads), else
+    :func:`image_chunks` of about 256K values each; none for no images."""
     if num * per_image < least:
-        return [fn(0, num)] if num else []
-    return run_chunks(fn, image_chunks(num, per_image, target=1 << 18))
+        return [(0, num)] if num else []
+    return image_chunks(num, per_image, target=1 << 18)
+
+
+def for_images(fn, num, per_image, least=1 << 16):
+    """``fn(lo, hi)`` over image ranges on the threads (:func:`image_ranges`): for work whose
+    images are independent (elementwise layers, pooling, normalisation across channels)."""
+    return run_chunks(fn, image_ranges(num, per_image, least))
 
 
 def gemm(a, b, out, accumulate=False):

@@ -226,3 +226,14 @@ def test_planes_are_rows_per_image_and_channel_of_any_array():
         view = planes(a)
         assert view.shape == rows and np.shares_memory(view, a) | (a.size == 0)
         assert view.reshape(-1).tolist() == a.reshape(-1).tolist()
+
+
+def test_for_images_calls_each_image_range_once_in_order():
+    """One range below ``least`` values, none for no images, else :func:`image_chunks` of
+    about 256K values; for_images calls fn on exactly those ranges, results in their order."""
+    assert intra_op.image_ranges(0, 10) == []
+    assert intra_op.image_ranges(3, 10, least=100) == [(0, 3)]
+    ranges = intra_op.image_ranges(16, 43264, least=1 << 19)
+    assert ranges == intra_op.image_chunks(16, 43264, target=1 << 18)
+    assert ranges[0][0] == 0 and ranges[-1][1] == 16 and all(a[1] == b[0] for a, b in zip(ranges, ranges[1:]))
+    assert intra_op.for_images(lambda lo, hi: (lo, hi), 16, 43264, 1 << 19) == ranges

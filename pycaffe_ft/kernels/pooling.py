@@ -75,6 +75,18 @@ Six ways through the planes:
   an input, each a compare and an add) ran as many instructions as the scatter and was 10%
   slower (CIFAR10-quick's pool1) to 30% (AlexNet's pool1, whose odd width leaves a column to
   go one by one).
+
+**Bound calls**: ``max_pool_forward_calls`` and the other ``*_calls`` functions take the
+arguments of the function they are named after and return ``[(function, arguments), ...]``,
+the calls that function makes once its kernel is compiled, or None while it compiles in the
+background (:func:`.tiered.ready`). A caller that pools the same arrays pass after pass (a
+layer, each of its image ranges) binds them once and so skips choosing the kernel and building
+its arguments on every pass: Python work that, in a pass whose other layers have evicted the
+interpreter's data from the caches, cost 5-25 us an image range. With the layer's reshape
+skipped where no shape changed, in-net, one thread, a 64 MB copy before each pass (as
+``pycaffe-ft time`` runs), trees alternated: LeNet's pool1 / pool2 forward 172-195 / 61-66 ->
+132-135 / 47-53 us, CIFAR10-quick's pool1 / pool2 / pool3 786-829 / 192-213 / 99-112 ->
+682-721 / 149-164 / 81-96 us; backwards by less (AlexNet's pool1 1.57-1.61 -> 1.45-1.52 ms).
 """
 import functools
 
@@ -204,8 +216,10 @@ def _pair_picks(height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, sizes):
     pooling's); the offsets of max pooling's taps as float32; each lane's window size (1 past
     the outputs); the output rows a vector (2 or 1); and max pooling's picks, the elements its
     taps read (outside the image :func:`_repeated`, whose rows the loads clamp too;
-    :func:`_if_repeats_serve`). None for other planes, and for planes of more than 32 vectors
-    (the tables stay in the caches)."""
+    :func:`_if_repeats_serve`); and, where no window is padded, max pooling's tables by tap
+    offsets (:func:`_max_row_pairs_by_offsets`), else None: tap kx's picks ``[kx * 16 + l]``,
+    the same in every window row and chunk, and each lane's window start ``[c * 16 + l]``. None
+    for other planes, and for planes of more than 32 vectors (the tables stay in the caches)."""
     if width <= 16 and out_w <= 8:
         per = 2
     elif width <= 32 and out_w <= 16:
@@ -218,9 +232,14 @@ def _pair_picks(height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, sizes):
                                                                sizes, per)
     picks = np.where(inside, 16 * second + columns, 32).astype(np.int32)
     rows, columns = _repeated(rows, columns, height, width)
-    repeats = np.minimum(16 * second + columns, 31).astype(np.int32).reshape(-1)
-    return picks.reshape(-1), (rows * width + columns).astype(np.float32).reshape(-1), lane_sizes, per, \
-        _if_repeats_serve(repeats, height, width, ph, pw, sh, sw, out_h, out_w)
+    positions = (rows * width + columns).astype(np.float32)
+    repeats = _if_repeats_serve(np.minimum(16 * second + columns, 31).astype(np.int32), height, width, ph, pw, sh, sw,
+                                out_h, out_w)
+    by_offsets = None
+    if repeats is not None and not ph and not pw and per == 2:
+        by_offsets = np.ascontiguousarray(repeats[0, :kw]).reshape(-1), np.ascontiguousarray(positions[:, 0]).reshape(-1)
+    return picks.reshape(-1), positions.reshape(-1), lane_sizes, per, None if repeats is None else repeats.reshape(-1), \
+        by_offsets
 
 
 def _last_windows_reach_the_image(height, width, ph, pw, sh, sw, out_h, out_w):
@@ -920,9 +939,13 @@ def _small_planes(x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w
         return _max_pool_blocks_3x3, (x, planes, height, width, ph, pw, sh, sw, out_h, out_w, y, mask, ahead,
                                       relu)
     if ROW_PAIRS and taps[5] is not None and (average or taps[5][4] is not None):
-        picks, positions, sizes, per, repeats = taps[5]
-        kernel, window = _window_kernel(_ROW_PAIRS[average], kh, kw)
-        tables = (picks, sizes, y) if average else (repeats, positions, y, mask)
+        picks, positions, sizes, per, repeats, by_offsets = taps[5]
+        if not average and by_offsets is not None:
+            kernel, window = _window_kernel(_MAX_ROW_PAIRS_BY_OFFSETS, kh, kw)
+            tables = (*by_offsets, y, mask)
+        else:
+            kernel, window = _window_kernel(_ROW_PAIRS[average], kh, kw)
+            tables = (picks, sizes, y) if average else (repeats, positions, y, mask)
         return kernel, (x, planes, height, width, *window, ph, sh, out_h, out_w, per, *tables, ahead, relu)
     return None
 
@@ -935,6 +958,21 @@ def max_pool_forward(x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, ou
     these small-plane kernels apply the ReLU as they store y), rows of 6 or more outputs at
     stride 1 or 2 by rows, the others by plane lanes; while that kernel compiles in the
     background (:mod:`.tiered`), by :func:`.numpy_references.max_pool_caffe`."""
+    _run_forward(_max_pool_forward_plan(x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, taps, y,
+                                        mask, relu), y, relu)
+
+
+def max_pool_forward_calls(x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, taps, y, mask,
+                           relu=False):
+    """:func:`max_pool_forward` bound to its arrays (see "Bound calls" in the
+    module's docstring)."""
+    return _forward_calls(_max_pool_forward_plan(x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, taps,
+                                                 y, mask, relu), y, relu)
+
+
+def _max_pool_forward_plan(x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, taps, y, mask, relu):
+    """(kernel, its arguments, whether it applies the ReLU, reference, its arguments) of
+    :func:`max_pool_forward`."""
     small = _small_planes(x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, taps, y, mask, False, relu)
     kernel, args = (small
                     or _by_rows(x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, y, mask, False)
@@ -942,8 +980,8 @@ def max_pool_forward(x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, ou
                                         (_max_pool_lanes_3x3, _max_pool_lanes_3x3_wide)),
                                        (_max_pool_lanes_any, _max_pool_lanes_any_wide),
                                        x, planes, height, width, kh, kw, taps[:2], y, mask))
-    _run_forward(kernel, args, small is not None, numpy_references.max_pool_caffe,
-                 (x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, y, mask), y, relu)
+    return (kernel, args, small is not None, numpy_references.max_pool_caffe,
+            (x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, y, mask))
 
 
 def ave_pool_forward(x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, taps, y, relu=False):
@@ -953,6 +991,20 @@ def ave_pool_forward(x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, ou
     1 or 2 by rows, the others by plane lanes;
     while that kernel compiles in the background (:mod:`.tiered`), by
     :func:`.numpy_references.ave_pool_caffe`."""
+    _run_forward(_ave_pool_forward_plan(x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, taps, y,
+                                        relu), y, relu)
+
+
+def ave_pool_forward_calls(x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, taps, y, relu=False):
+    """:func:`ave_pool_forward` bound to its arrays (see "Bound calls" in the
+    module's docstring)."""
+    return _forward_calls(_ave_pool_forward_plan(x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, taps,
+                                                 y, relu), y, relu)
+
+
+def _ave_pool_forward_plan(x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, taps, y, relu):
+    """(kernel, its arguments, whether it applies the ReLU, reference, its arguments) of
+    :func:`ave_pool_forward`."""
     small = _small_planes(x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, taps, y, y, True, relu)
     kernel, args = (small
                     or _by_rows(x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, y, y, True)
@@ -960,13 +1012,15 @@ def ave_pool_forward(x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, ou
                                         (_ave_pool_lanes_3x3, _ave_pool_lanes_3x3_wide)),
                                        (_ave_pool_lanes_any, _ave_pool_lanes_any_wide),
                                        x, planes, height, width, kh, kw, taps[:3], y))
-    _run_forward(kernel, args, small is not None, numpy_references.ave_pool_caffe,
-                 (x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, y), y, relu)
+    return (kernel, args, small is not None, numpy_references.ave_pool_caffe,
+            (x, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, y))
 
 
-def _run_forward(kernel, args, fuses_relu, reference, reference_args, y, relu):
-    """``kernel(*args)`` where :func:`.tiered.ready`, else ``reference(*reference_args)``; then,
-    with ``relu``, y through a ReLU pass unless the kernel that ran applied it (``fuses_relu``)."""
+def _run_forward(plan, y, relu):
+    """Run a forward ``plan`` (of :func:`_max_pool_forward_plan` or :func:`_ave_pool_forward_plan`):
+    its kernel where :func:`.tiered.ready`, else its reference; then, with ``relu``, y through a
+    ReLU pass unless the kernel that ran applied it."""
+    kernel, args, fuses_relu, reference, reference_args = plan
     if ready(kernel, args):
         kernel(*args)
         relu = relu and not fuses_relu
@@ -974,6 +1028,22 @@ def _run_forward(kernel, args, fuses_relu, reference, reference_args, y, relu):
         reference(*reference_args)
     if relu:
         relu_forward(y, y)
+
+
+def _forward_calls(plan, y, relu):
+    """The bound calls of a forward ``plan``: its kernel, then a ReLU pass over y where ``relu``
+    and the kernel does not apply it; None while the kernel compiles."""
+    kernel, args, fuses_relu = plan[:3]
+    calls = _bound(kernel, args)
+    if calls is not None and relu and not fuses_relu:
+        calls.append((relu_forward, (y, y)))
+    return calls
+
+
+def _bound(kernel, args):
+    """``[(kernel, args)]`` where :func:`.tiered.ready`, else None (see "Bound calls" in the
+    module's docstring)."""
+    return [(kernel, args)] if ready(kernel, args) else None
 
 
 def _by_plane_lanes(constant, general, x, planes, height, width, kh, kw, tables, *outputs):
@@ -994,18 +1064,28 @@ def ave_pool_backward(dy, planes, taps, dx, x=None):
     planes 9 to 16 wide under 3 x 3 or 2 x 2 windows at stride 2 by output rows (AVX-512), the
     others by plane lanes. While the kernel compiles in the background (:mod:`.tiered`), by its
     NumPy reference."""
+    call(*_ave_pool_backward_plan(dy, planes, taps, dx, x))
+
+
+def ave_pool_backward_calls(dy, planes, taps, dx, x=None):
+    """:func:`ave_pool_backward` bound to its arrays (see "Bound calls" in the module's
+    docstring)."""
+    kernel, _, *args = _ave_pool_backward_plan(dy, planes, taps, dx, x)
+    return _bound(kernel, tuple(args))
+
+
+def _ave_pool_backward_plan(dy, planes, taps, dx, x):
+    """(kernel, reference, their arguments...) of :func:`ave_pool_backward`."""
     sizes, covers, rows, plane_picks = taps[2], taps[3], taps[7], taps[8]
     if PLANE_VECTORS and plane_picks is not None:
-        kernel = _AVE_POOL_BACKWARD_PLANE_VECTORS.get(covers.shape[1], _ave_pool_backward_plane_vectors_any)
-        call(kernel, numpy_references.ave_pool_backward_plane_vectors, dy, planes, sizes, covers, plane_picks, dx, x)
-        return
+        return (_AVE_POOL_BACKWARD_PLANE_VECTORS.get(covers.shape[1], _ave_pool_backward_plane_vectors_any),
+                numpy_references.ave_pool_backward_plane_vectors, dy, planes, sizes, covers, plane_picks, dx, x)
     if BACKWARD_ROWS and rows is not None:
         window, height, width, ph, out_h, starts, picks = rows
-        call(_AVE_POOL_BACKWARD_ROWS[window], numpy_references.ave_pool_backward_rows, dy, planes, height, width, ph,
-             out_h, sizes, covers, starts, picks, dx, x)
-        return
+        return (_AVE_POOL_BACKWARD_ROWS[window], numpy_references.ave_pool_backward_rows, dy, planes, height, width,
+                ph, out_h, sizes, covers, starts, picks, dx, x)
     kernel = _AVE_POOL_BACKWARD.get(covers.shape[1], (_ave_pool_backward_any, _ave_pool_backward_any_wide))
-    call(kernel[int(PLANE_LANES == 16)], numpy_references.ave_pool_backward, dy, planes, sizes, covers, dx, x)
+    return kernel[int(PLANE_LANES == 16)], numpy_references.ave_pool_backward, dy, planes, sizes, covers, dx, x
 
 
 def max_pool_backward(dy, mask, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, dx, x=None):
@@ -1017,15 +1097,27 @@ def max_pool_backward(dy, mask, planes, height, width, kh, kw, ph, pw, sh, sw, o
     :func:`_gather_vectors` has a table, AVX-512); the other geometries scatter. (One plane a
     vector, as average pooling's backward goes for small planes, was slower than both: LeNet's
     pool2 backward 0.04 -> 0.07 ms, 3 x 3 windows on 8 x 8 planes 0.05 -> 0.10.)"""
+    call(*_max_pool_backward_plan(dy, mask, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, dx, x))
+
+
+def max_pool_backward_calls(dy, mask, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, dx, x=None):
+    """:func:`max_pool_backward` bound to its arrays (see "Bound calls" in the module's
+    docstring)."""
+    kernel, _, *args = _max_pool_backward_plan(dy, mask, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w,
+                                               dx, x)
+    return _bound(kernel, tuple(args))
+
+
+def _max_pool_backward_plan(dy, mask, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, dx, x):
+    """(kernel, reference, their arguments...) of :func:`max_pool_backward`."""
     args = (dy, mask, planes, height * width, out_h * out_w, dx, x)
     apart = (kh, kw, sh, sw, ph, pw) == (2, 2, 2, 2, 0, 0)
     vectors = _gather_vectors(height, width, out_h, out_w) if apart and GATHER_VECTORS else None
     if vectors is not None:
-        call(_max_pool_gather_vectors, numpy_references.max_pool_backward, *args, *vectors)
-    elif apart and width >= 8:
-        call(_max_pool_gather, numpy_references.max_pool_backward, *args, width, out_w)
-    else:
-        call(_max_pool_backward, numpy_references.max_pool_backward, *args)
+        return (_max_pool_gather_vectors, numpy_references.max_pool_backward, *args, *vectors)
+    if apart and width >= 8:
+        return (_max_pool_gather, numpy_references.max_pool_backward, *args, width, out_w)
+    return (_max_pool_backward, numpy_references.max_pool_backward, *args)
 
 
 @njit(cache=True, nogil=True, inline='always')
@@ -1440,6 +1532,29 @@ def _max_row_pairs(x, at, height, width, kh, kw, ph, sh, out_h, out_w, picks, po
 
 
 @njit(cache=True, nogil=True, inline='always')
+def _max_row_pairs_by_offsets(x, at, height, width, kh, kw, ph, sh, out_h, out_w, picks, bases, y, mask, o, per,
+                              relu):
+    """:func:`_max_row_pairs` where no window is padded (ph = pw = 0): tap kx's picks are the
+    same in every window row and chunk (``picks[kx * 16 + l]``, a few vectors that stay in
+    registers), and the argmax is kept as the tap's offset in its window, a constant, made a
+    position by adding each lane's window start (``bases[c * 16 + l]``) as the chunk is stored;
+    -1 stays where no tap beat -FLT_MAX. A tap past the image's right or bottom edge repeats an
+    earlier one of its window, so it never wins. The same bits with two loads a tap fewer:
+    AlexNet's 13 x 13 pool5 alone, hot, 159 -> 97 us (a stream of its bytes: 63)."""
+    lowest, none = wfull(_LOWEST), wfull(np.float32(-1.0))
+    for c in range((out_h + per - 1) // per):
+        best, index = lowest, none
+        for ky in range(kh):
+            va, vb = _window_rows(x, at, c, ky, height, width, 0, sh, per)
+            for kx in range(kw):
+                v = wpermute2(va, vb, picks, 16 * kx)
+                index = vwhere_gt(v, best, wfull(np.float32(ky * width + kx)), index)
+                best = vwhere_gt(v, best, v, best)
+        vstore(y, o + per * c * out_w, _top(best, relu))
+        vstore(mask, o + per * c * out_w, vwhere_gt(index, none, vadd(index, wload(bases, 16 * c)), none))
+
+
+@njit(cache=True, nogil=True, inline='always')
 def _ave_row_pairs(x, at, height, width, kh, kw, ph, sh, out_h, out_w, picks, sizes, y, mask, o, per, relu):
     zero = wfull(np.float32(0.0))
     for c in range((out_h + per - 1) // per):
@@ -1484,6 +1599,27 @@ def _max_pool_row_pairs_any(x, planes, height, width, kh, kw, ph, sh, out_h, out
                             ahead, relu):
     _pool_row_pairs(_max_row_pairs, True, x, planes, height, width, kh, kw, ph, sh, out_h, out_w, per, picks, positions,
                     y, mask, ahead, relu)
+
+
+@njit(cache=True, nogil=True)
+def _max_pool_row_pairs_by_offsets_3x3(x, planes, height, width, ph, sh, out_h, out_w, per, picks, bases, y, mask,
+                                       ahead, relu):
+    _pool_row_pairs(_max_row_pairs_by_offsets, True, x, planes, height, width, 3, 3, ph, sh, out_h, out_w, 2, picks,
+                    bases, y, mask, ahead, relu)
+
+
+@njit(cache=True, nogil=True)
+def _max_pool_row_pairs_by_offsets_2x2(x, planes, height, width, ph, sh, out_h, out_w, per, picks, bases, y, mask,
+                                       ahead, relu):
+    _pool_row_pairs(_max_row_pairs_by_offsets, True, x, planes, height, width, 2, 2, ph, sh, out_h, out_w, 2, picks,
+                    bases, y, mask, ahead, relu)
+
+
+@njit(cache=True, nogil=True)
+def _max_pool_row_pairs_by_offsets_any(x, planes, height, width, kh, kw, ph, sh, out_h, out_w, per, picks, bases, y,
+                                       mask, ahead, relu):
+    _pool_row_pairs(_max_row_pairs_by_offsets, True, x, planes, height, width, kh, kw, ph, sh, out_h, out_w, 2,
+                    picks, bases, y, mask, ahead, relu)
 
 
 @njit(cache=True, nogil=True)
@@ -1659,6 +1795,8 @@ def _max_pool_wide_rows_3x3(x, planes, height, width, ph, sh, out_h, out_w, pick
     _pool_wide_rows(x, planes, height, width, 3, 3, ph, sh, out_h, out_w, picks, positions, y, mask, relu)
 
 
+_MAX_ROW_PAIRS_BY_OFFSETS = (_max_pool_row_pairs_by_offsets_2x2, _max_pool_row_pairs_by_offsets_3x3,
+                             _max_pool_row_pairs_by_offsets_any)
 _ROW_PAIRS = {False: (_max_pool_row_pairs_2x2, _max_pool_row_pairs_3x3, _max_pool_row_pairs_any),
               True: (_ave_pool_row_pairs_2x2, _ave_pool_row_pairs_3x3, _ave_pool_row_pairs_any)}  # by ``average``
 

@@ -5,7 +5,7 @@ import math
 import numpy as np
 
 from ..aligned import aligned_empty
-from ..intra_op import for_images
+from ..intra_op import image_ranges, run_chunks
 from ..kernels import pooling as K
 from ..proto import caffe_pb2
 from ..registry import LAYERS
@@ -59,8 +59,12 @@ class PoolingLayer(Layer):
         if not self.global_pooling and (self.pad[0] >= self.kernel[0] or self.pad[1] >= self.kernel[1]):
             raise self.error('pad %s must be smaller than the kernel %s' % (list(self.pad), list(self.kernel)))
         self.ceil = p.round_mode == _P.CEIL
+        self._bound = {}  # 'forward' / 'backward' -> (the arrays, the chunks' calls): see _run
+        self._reshaped = None  # the bottom's and tops' shapes after the last reshape
 
     def reshape(self, bottom, top):
+        if self._reshaped == (bottom[0].shape,) + tuple(t.shape for t in top):
+            return  # all below depends on the bottom's shape alone (the net reshapes every pass)
         if bottom[0].num_axes != 4:
             raise self.error('input must have 4 axes (N, C, H, W), got shape %s' % (list(bottom[0].shape),))
         n, c, h, w = bottom[0].shape
@@ -87,6 +91,7 @@ class PoolingLayer(Layer):
         geometry = (h, w) + self._args() + self.out_hw
         if self.method in (_P.MAX, _P.AVE) and getattr(self, '_taps_of', None) != geometry:
             self._taps, self._taps_of = K.window_taps(*geometry), geometry
+        self._reshaped = (bottom[0].shape,) + tuple(t.shape for t in top)
 
     def _args(self):
         return (self.kernel[0], self.kernel[1], self.pad[0], self.pad[1], self.stride[0], self.stride[1])
@@ -101,20 +106,18 @@ class PoolingLayer(Layer):
             else:
                 K.stochastic_pool_test(bottom[0].data, k[0], k[1], s[0], s[1], self.out_hw[0],
                                        self.out_hw[1], top[0].data)
-        elif self.method == _P.MAX:
-            x, y = bottom[0].data, top[0].data
-            mask = top[1].data if len(top) > 1 else self._mask
-
-            def images(lo, hi):
-                K.max_pool_forward(*self._geometry(x, lo, hi), y[lo:hi].reshape(-1), mask[lo:hi].reshape(-1),
-                                   self.relu_on_top)
-            for_images(images, x.shape[0], x[0].size, SERIAL_BELOW)
+            return
+        x, y = bottom[0].data, top[0].data
+        mask = y if self.method == _P.AVE else top[1].data if len(top) > 1 else self._mask
+        if self.method == _P.AVE:
+            def arguments(lo, hi):
+                return self._geometry(x, lo, hi) + (y[lo:hi].reshape(-1), self.relu_on_top)
+            pool, bind = K.ave_pool_forward, K.ave_pool_forward_calls
         else:
-            x, y = bottom[0].data, top[0].data
-
-            def images(lo, hi):
-                K.ave_pool_forward(*self._geometry(x, lo, hi), y[lo:hi].reshape(-1), self.relu_on_top)
-            for_images(images, x.shape[0], x[0].size, SERIAL_BELOW)
+            def arguments(lo, hi):
+                return self._geometry(x, lo, hi) + (y[lo:hi].reshape(-1), mask[lo:hi].reshape(-1), self.relu_on_top)
+            pool, bind = K.max_pool_forward, K.max_pool_forward_calls
+        self._run('forward', (x, y, mask, self.relu_on_top), x.shape[0], x[0].size, pool, bind, arguments)
 
     fuses_relu_backward = True  # every method overwrites the bottom diff (see Layer)
 
@@ -138,15 +141,45 @@ class PoolingLayer(Layer):
             raise self.error('STOCHASTIC pooling has no backward in TEST phase (as in Caffe)')
         dy, dx = top[0].diff, bottom[0].diff
         x = bottom[0].data if self.relu_below == 0 else None  # the ReLU below: masked as dx is stored
+
+        def relu_input(lo, hi):
+            return None if x is None else x[lo:hi].reshape(-1)
         if self.method in (_P.MAX, _P.STOCHASTIC):
             mask = top[1].data if len(top) > 1 else self._mask
 
-            def images(lo, hi):
-                K.max_pool_backward(dy[lo:hi].reshape(-1), mask[lo:hi].reshape(-1), (hi - lo) * dx.shape[1],
-                                    *dx.shape[2:], *self._args(), *self.out_hw, dx[lo:hi].reshape(-1),
-                                    None if x is None else x[lo:hi].reshape(-1))
+            def arguments(lo, hi):
+                return (dy[lo:hi].reshape(-1), mask[lo:hi].reshape(-1), (hi - lo) * dx.shape[1], *dx.shape[2:],
+                        *self._args(), *self.out_hw, dx[lo:hi].reshape(-1), relu_input(lo, hi))
+            pool, bind = K.max_pool_backward, K.max_pool_backward_calls
         else:
-            def images(lo, hi):
-                K.ave_pool_backward(dy[lo:hi].reshape(-1), (hi - lo) * dx.shape[1], self._taps, dx[lo:hi].reshape(-1),
-                                    None if x is None else x[lo:hi].reshape(-1))
-        for_images(images, dx.shape[0], dx[0].size, SERIAL_BELOW)
+            mask = None
+
+            def arguments(lo, hi):
+                return dy[lo:hi].reshape(-1), (hi - lo) * dx.shape[1], self._taps, dx[lo:hi].reshape(-1), relu_input(lo, hi)
+            pool, bind = K.ave_pool_backward, K.ave_pool_backward_calls
+        self._run('backward', (dy, mask, dx, x), dx.shape[0], dx[0].size, pool, bind, arguments)
+
+    def _run(self, which, arrays, num, per_image, pool, bind, arguments):
+        """``pool(*arguments(lo, hi))`` over the image ranges of :func:`~..intra_op.image_ranges`
+        on the threads, by the calls ``bind`` (pool's ``*_calls`` counterpart in
+        :mod:`..kernels.pooling`) bound to these ``arrays`` (and flags) on a first pass and kept
+        while the same objects come again (a reshaped blob has new arrays); while a kernel
+        compiles in the background (bind gives None), by ``pool`` with the arguments built anew."""
+        kept = self._bound.get(which)
+        if kept is not None and len(kept[0]) == len(arrays) and all(a is b for a, b in zip(kept[0], arrays)):
+            run_chunks(_run_calls, kept[1])
+            return
+        self._bound.pop(which, None)
+        ranges = image_ranges(num, per_image, SERIAL_BELOW)
+        chunks = [bind(*arguments(lo, hi)) for lo, hi in ranges]
+        if any(calls is None for calls in chunks):
+            run_chunks(lambda lo, hi: pool(*arguments(lo, hi)), ranges)
+            return
+        self._bound[which] = (arrays, [(calls,) for calls in chunks])
+        run_chunks(_run_calls, self._bound[which][1])
+
+
+def _run_calls(calls):
+    """Each ``(function, arguments)`` of ``calls``, in order."""
+    for function, args in calls:
+        function(*args)

@@ -306,3 +306,34 @@ def test_row_parity_needs_stride_two_and_parities_of_32_floats():
     assert pooling._parity_picks(7, 9, 3, 3, 0, 0, 2, 2, 3, 4) is None  # even rows: 4 x 9 floats
     assert pooling._parity_picks(8, 8, 3, 3, 1, 1, 1, 1, 8, 8) is None  # stride 1
     assert pooling._parity_picks(8, 8, 3, 3, 0, 0, 2, 2, 4, 4).size == 64 + 9 * 16
+
+
+BY_OFFSETS = [(13, 13, 3, 0, 2), (14, 14, 2, 0, 2), (14, 14, 3, 0, 2), (16, 16, 3, 0, 2), (12, 9, 3, 0, 1),
+              (11, 16, 5, 0, 3), (13, 10, 4, 0, 2)]
+"""(H, W, kernel, pad, stride) whose max pooling goes by row pairs by tap offsets: AlexNet's
+pool5, 2 x 2 windows, windows clipped at the right and bottom (ceil rounding), stride 1, an
+odd output count (a last chunk of one row), any window."""
+
+
+@pytest.mark.skipif(not pooling.WIDE, reason='row pairs: AVX-512 only')
+@pytest.mark.parametrize('relu', [False, True])
+@pytest.mark.parametrize('geometry', BY_OFFSETS)
+def test_max_pooling_by_row_pairs_by_tap_offsets_gives_caffes_bits(geometry, relu):
+    """Against Caffe's loops in NumPy (NaN, infinities and signed zeros; a plane of -inf, whose
+    argmaxes stay -1), the fused ReLU too; the kernel is the one for this window."""
+    mine, theirs = _small_planes_against_caffe(geometry, relu, False,
+                                               lambda k: k in pooling._MAX_ROW_PAIRS_BY_OFFSETS)
+    assert mine == theirs
+
+
+def test_tap_offsets_take_unpadded_windows_whose_picks_repeat_in_every_row():
+    """A padded window's first taps lie outside the image: it keeps the positions table. Where
+    offsets serve, every chunk's and window row's picks are tap kx's, and the window starts are
+    the positions of each chunk's first tap."""
+    assert pooling._pair_picks(13, 13, 3, 3, 1, 1, 2, 2, 7, 7, np.ones(49, np.float32))[5] is None
+    height, width, kh, kw, ph, pw, sh, sw, out_h, out_w = 14, 14, 3, 3, 0, 0, 2, 2, 7, 7
+    _, positions, _, _, repeats, (picks, bases) = pooling._pair_picks(height, width, kh, kw, ph, pw, sh, sw, out_h,
+                                                                       out_w, np.ones(49, np.float32))
+    repeats, positions = repeats.reshape(-1, kh * kw, 16), positions.reshape(-1, kh * kw, 16)
+    assert np.array_equal(repeats, np.broadcast_to(np.tile(picks.reshape(kw, 16), (kh, 1)), repeats.shape))
+    assert np.array_equal(bases.reshape(-1, 16), positions[:, 0])

@@ -138,6 +138,35 @@ def _pool_backward_reference(dy, x_shape, k, s, p, method, mask):
     return dx
 
 
+@pytest.mark.parametrize('method', ['MAX', 'AVE'])
+def test_pooling_keeps_its_kernel_calls_only_while_its_arrays_stand(method):
+    """The layer binds its kernel calls to the blobs' arrays on a first pass and keeps them
+    (PoolingLayer._run): new values in the same arrays, a reshaped bottom (new arrays and
+    geometry, then the first shape again) and the ReLU below masked in the backward each give
+    Caffe's outputs and gradients."""
+    layer, bottom, top = make_layer('type: "Pooling" pooling_param { pool: %s kernel_size: 3 stride: 2 }' % method, 1)
+    rng = np.random.default_rng(5)
+    bottom[0].reshape((2, 3, 13, 13))
+    layer.setup(bottom, top)
+    for shape, relu_below in (((2, 3, 13, 13), -1), ((2, 3, 13, 13), -1), ((4, 2, 9, 11), -1), ((4, 2, 9, 11), 0),
+                              ((2, 3, 13, 13), 0)):
+        bottom[0].reshape(shape)
+        x = rng.standard_normal(shape).astype(np.float32)
+        bottom[0].data[...] = x
+        layer.run_forward(bottom, top)
+        y, mask = _pool_reference(x, 3, 2, 0, top[0].shape[2:], method)
+        np.testing.assert_array_equal(top[0].data, y, err_msg=str(shape))
+        dy = rng.standard_normal(top[0].shape).astype(np.float32)
+        top[0].diff[...] = dy
+        layer.relu_below = relu_below
+        layer.backward(top, [True], bottom)
+        dx = _pool_backward_reference(dy, shape, 3, 2, 0, method, mask)
+        if relu_below == 0:
+            dx = dx * (x > 0)
+        np.testing.assert_array_equal(bottom[0].diff, dx, err_msg=str((shape, relu_below)))
+    assert layer._bound  # the calls were bound (the kernels were compiled in the first pass here)
+
+
 @pytest.mark.parametrize('sixteen', [False, True], ids=['8-lanes', '16-lanes'])
 @pytest.mark.parametrize('rows_from', [None, 1, 10 ** 9, 'plane-vectors', 'row-pairs', 'reference'],
                          ids=['default', 'rows', 'plane-lanes', 'plane-vectors', 'row-pairs', 'reference'])
