@@ -237,9 +237,10 @@ def _pair_picks(height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, sizes):
                                 out_h, out_w)
     by_offsets = None
     if repeats is not None and not ph and not pw and per == 2:
-        by_offsets = np.ascontiguousarray(repeats[0, :kw]).reshape(-1), np.ascontiguousarray(positions[:, 0]).reshape(-1)
-    return picks.reshape(-1), positions.reshape(-1), lane_sizes, per, None if repeats is None else repeats.reshape(-1), \
-        by_offsets
+        by_offsets = (np.ascontiguousarray(repeats[0, :kw]).reshape(-1),
+                      np.ascontiguousarray(positions[:, 0]).reshape(-1))
+    return picks.reshape(-1), positions.reshape(-1), lane_sizes, per, \
+        None if repeats is None else repeats.reshape(-1), by_offsets
 
 
 def _last_windows_reach_the_image(height, width, ph, pw, sh, sw, out_h, out_w):

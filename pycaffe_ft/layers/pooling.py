@@ -155,7 +155,8 @@ class PoolingLayer(Layer):
             mask = None
 
             def arguments(lo, hi):
-                return dy[lo:hi].reshape(-1), (hi - lo) * dx.shape[1], self._taps, dx[lo:hi].reshape(-1), relu_input(lo, hi)
+                return (dy[lo:hi].reshape(-1), (hi - lo) * dx.shape[1], self._taps, dx[lo:hi].reshape(-1),
+                        relu_input(lo, hi))
             pool, bind = K.ave_pool_backward, K.ave_pool_backward_calls
         self._run('backward', (dy, mask, dx, x), dx.shape[0], dx[0].size, pool, bind, arguments)
 
