@@ -216,10 +216,12 @@ def _pair_picks(height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, sizes):
     pooling's); the offsets of max pooling's taps as float32; each lane's window size (1 past
     the outputs); the output rows a vector (2 or 1); and max pooling's picks, the elements its
     taps read (outside the image :func:`_repeated`, whose rows the loads clamp too;
-    :func:`_if_repeats_serve`); and, where no window is padded, max pooling's tables by tap
-    offsets (:func:`_max_row_pairs_by_offsets`), else None: tap kx's picks ``[kx * 16 + l]``,
-    the same in every window row and chunk, and each lane's window start ``[c * 16 + l]``. None
-    for other planes, and for planes of more than 32 vectors (the tables stay in the caches)."""
+    :func:`_if_repeats_serve`); and, for row pairs where no window is padded, max pooling's
+    tables by tap offsets (:func:`_max_row_pairs_by_offsets`), else None: tap kx's picks
+    ``[kx * 16 + l]``, the same in every window row and chunk, then the in-plane starts of the
+    two rows each chunk's window row ky reads (``[16 * kw + 2 * (c * kh + ky) + i]``, clamped
+    into the image), and each lane's window start ``[c * 16 + l]``. None for other planes, and
+    for planes of more than 32 vectors (the tables stay in the caches)."""
     if width <= 16 and out_w <= 8:
         per = 2
     elif width <= 32 and out_w <= 16:
@@ -237,7 +239,9 @@ def _pair_picks(height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, sizes):
                                 out_h, out_w)
     by_offsets = None
     if repeats is not None and not ph and not pw and per == 2:
-        by_offsets = (np.ascontiguousarray(repeats[0, :kw]).reshape(-1),
+        starts = np.clip(2 * sh * np.arange(-(-out_h // 2))[:, None, None] + np.arange(kh)[:, None]
+                         + np.array([0, sh]), 0, height - 1) * width
+        by_offsets = (np.concatenate([repeats[0, :kw].reshape(-1), starts.reshape(-1)]).astype(np.int32),
                       np.ascontiguousarray(positions[:, 0]).reshape(-1))
     return picks.reshape(-1), positions.reshape(-1), lane_sizes, per, \
         None if repeats is None else repeats.reshape(-1), by_offsets
@@ -1535,18 +1539,21 @@ def _max_row_pairs(x, at, height, width, kh, kw, ph, sh, out_h, out_w, picks, po
 @njit(cache=True, nogil=True, inline='always')
 def _max_row_pairs_by_offsets(x, at, height, width, kh, kw, ph, sh, out_h, out_w, picks, bases, y, mask, o, per,
                               relu):
-    """:func:`_max_row_pairs` where no window is padded (ph = pw = 0): tap kx's picks are the
-    same in every window row and chunk (``picks[kx * 16 + l]``, a few vectors that stay in
-    registers), and the argmax is kept as the tap's offset in its window, a constant, made a
-    position by adding each lane's window start (``bases[c * 16 + l]``) as the chunk is stored;
-    -1 stays where no tap beat -FLT_MAX. A tap past the image's right or bottom edge repeats an
-    earlier one of its window, so it never wins. The same bits with two loads a tap fewer:
-    AlexNet's 13 x 13 pool5 alone, hot, 159 -> 97 us (a stream of its bytes: 63)."""
+    """:func:`_max_row_pairs` (``per`` 2) where no window is padded (ph = pw = 0): tap kx's
+    picks are the same in every window row and chunk (``picks[kx * 16 + l]``, a few vectors
+    that stay in registers), the rows' starts come from the table after them (clamped rows
+    without the arithmetic: 119-124 -> 106-107 us below), and the argmax is kept as the tap's
+    offset in its window, a constant, made a position by adding each lane's window start
+    (``bases[c * 16 + l]``) as the chunk is stored; -1 stays where no tap beat -FLT_MAX. A tap
+    past the image's right or bottom edge repeats an earlier one of its window, so it never
+    wins. The same bits with two loads a tap fewer: AlexNet's 13 x 13 pool5 alone, hot, 143-178
+    -> 106-107 us (a stream of its bytes: 60-63)."""
     lowest, none = wfull(_LOWEST), wfull(np.float32(-1.0))
     for c in range((out_h + per - 1) // per):
         best, index = lowest, none
         for ky in range(kh):
-            va, vb = _window_rows(x, at, c, ky, height, width, 0, sh, per)
+            rows = 16 * kw + 2 * (c * kh + ky)
+            va, vb = wload(x, at + picks[rows]), wload(x, at + picks[rows + 1])
             for kx in range(kw):
                 v = wpermute2(va, vb, picks, 16 * kx)
                 index = vwhere_gt(v, best, wfull(np.float32(ky * width + kx)), index)

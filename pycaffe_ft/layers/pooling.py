@@ -65,6 +65,7 @@ class PoolingLayer(Layer):
     def reshape(self, bottom, top):
         if self._reshaped == (bottom[0].shape,) + tuple(t.shape for t in top):
             return  # all below depends on the bottom's shape alone (the net reshapes every pass)
+        self._bound.clear()  # the calls hold the old arrays: let them go
         if bottom[0].num_axes != 4:
             raise self.error('input must have 4 axes (N, C, H, W), got shape %s' % (list(bottom[0].shape),))
         n, c, h, w = bottom[0].shape

@@ -328,12 +328,18 @@ def test_max_pooling_by_row_pairs_by_tap_offsets_gives_caffes_bits(geometry, rel
 
 def test_tap_offsets_take_unpadded_windows_whose_picks_repeat_in_every_row():
     """A padded window's first taps lie outside the image: it keeps the positions table. Where
-    offsets serve, every chunk's and window row's picks are tap kx's, and the window starts are
-    the positions of each chunk's first tap."""
+    offsets serve, every chunk's and window row's picks are tap kx's; the row starts are those
+    of each chunk's two output rows' window row ky, clamped into the image (the last chunk's
+    second row, past the outputs, too); and the window starts are the positions of each chunk's
+    first tap."""
     assert pooling._pair_picks(13, 13, 3, 3, 1, 1, 2, 2, 7, 7, np.ones(49, np.float32))[5] is None
     height, width, kh, kw, ph, pw, sh, sw, out_h, out_w = 14, 14, 3, 3, 0, 0, 2, 2, 7, 7
     _, positions, _, _, repeats, (picks, bases) = pooling._pair_picks(height, width, kh, kw, ph, pw, sh, sw, out_h,
                                                                        out_w, np.ones(49, np.float32))
     repeats, positions = repeats.reshape(-1, kh * kw, 16), positions.reshape(-1, kh * kw, 16)
-    assert np.array_equal(repeats, np.broadcast_to(np.tile(picks.reshape(kw, 16), (kh, 1)), repeats.shape))
+    columns, starts = picks[:16 * kw].reshape(kw, 16), picks[16 * kw:].reshape(-1, kh, 2)
+    assert np.array_equal(repeats, np.broadcast_to(np.tile(columns, (kh, 1)), repeats.shape))
+    rows = [[[min((2 * c + i) * sh + ky, height - 1) * width for i in (0, 1)] for ky in range(kh)]
+            for c in range(4)]
+    assert np.array_equal(starts, rows)
     assert np.array_equal(bases.reshape(-1, 16), positions[:, 0])
