@@ -11,20 +11,21 @@ row-major output order.
 Six ways through the planes:
 
 - **Small planes** (forward, AVX-512; :func:`_small_planes`): planes of at most 64 inputs and 16
-  outputs (LeNet's pool2, CIFAR10-quick's pool3) **one plane a vector**, the plane's inputs in
-  four sixteen-lane vectors and each window tap of all its outputs one pick from them by a table
-  (``wpick``; average pooling at row stride 2 from the plane's even and odd rows, two vectors
-  each, made first: :func:`_ave_plane_vector_by_parity`); planes at most 16 wide with rows of at
-  most 8 outputs (CIFAR10-quick's pool2, AlexNet's pool5) by **row pairs**, two output rows a
-  vector and each tap one pick from the two input rows it reads (``wpick2``), and planes at most
-  32 wide with rows of at most 16 outputs (LeNet's pool1, CIFAR10-quick's pool1) by **single
+  outputs (LeNet's pool2, CIFAR10-quick's pool3) **one plane a vector**, the plane's inputs in four
+  sixteen-lane vectors and each window tap of all its outputs one pick from them by a table
+  (``wpick``; average pooling at row stride 2 from the plane's even and odd rows, two vectors each,
+  made first: :func:`_ave_plane_vector_by_parity`); planes at most 16 wide with rows of at most 8
+  outputs (CIFAR10-quick's pool2, AlexNet's pool5) by **row pairs**, two output rows a vector and
+  each tap one pick from the two input rows it reads (``wpick2``; max pooling with no padding keeps
+  its argmax as the tap's offset in the window: :func:`_max_row_pairs_by_offsets`), and planes at
+  most 32 wide with rows of at most 16 outputs (LeNet's pool1, CIFAR10-quick's pool1) by **single
   rows**, each tap one pick from the two halves of its input row; max pooling there by **window
-  rows**: each input row's maxima over the window's columns, then each output row's over its
-  window rows, a row two windows share reduced once (:func:`_max_single_rows`), and 3 x 3 max
-  pooling at stride 2 of wider planes the same way by **wide rows**, sixteen outputs of a row a
-  block (AlexNet's pool1, :func:`_pool_wide_rows`); max pooling's taps outside the image are read
-  as repeats of the nearest inside ones, so that its picks need no select. Without AVX-512, 3 x 3
-  max pooling at strides 1 and 2 of planes at most 32 wide with rows of 8 outputs or more goes by
+  rows**: each input row's maxima over the window's columns, then each output row's over its window
+  rows, a row two windows share reduced once (:func:`_max_single_rows`), and 3 x 3 max pooling at
+  stride 2 of wider planes the same way by **wide rows**, sixteen outputs of a row a block
+  (AlexNet's pool1, :func:`_pool_wide_rows`); max pooling's taps outside the image are read as
+  repeats of the nearest inside ones, so that its picks need no select. Without AVX-512, 3 x 3 max
+  pooling at strides 1 and 2 of planes at most 32 wide with rows of 8 outputs or more goes by
   **blocks by window rows**, the same reduction on blocks of eight outputs of a row, a block's
   output rows in turn (:func:`_max_blocks_by_window_rows`); 3 x 3 average pooling of such planes
   goes by **blocks**, each lane adding its window's taps in order, with a table of the taps inside
@@ -86,7 +87,7 @@ interpreter's data from the caches, cost 5-25 us an image range. With the layer'
 skipped where no shape changed, in-net, one thread, a 64 MB copy before each pass (as
 ``pycaffe-ft time`` runs), trees alternated: LeNet's pool1 / pool2 forward 172-195 / 61-66 ->
 132-135 / 47-53 us, CIFAR10-quick's pool1 / pool2 / pool3 786-829 / 192-213 / 99-112 ->
-682-721 / 149-164 / 81-96 us; backwards by less (AlexNet's pool1 1.57-1.61 -> 1.45-1.52 ms).
+682-721 / 149-164 / 81-96 us; backwards by less (AlexNet's pool1 1.54-1.61 -> 1.45-1.52 ms).
 """
 import functools
 
@@ -1609,6 +1610,7 @@ def _max_pool_row_pairs_any(x, planes, height, width, kh, kw, ph, sh, out_h, out
                     y, mask, ahead, relu)
 
 
+# Row pairs by tap offsets: two output rows a vector always (``per`` 2 compiled in).
 @njit(cache=True, nogil=True)
 def _max_pool_row_pairs_by_offsets_3x3(x, planes, height, width, ph, sh, out_h, out_w, per, picks, bases, y, mask,
                                        ahead, relu):
