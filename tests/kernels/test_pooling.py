@@ -285,10 +285,11 @@ def test_average_pooling_backward_ways_give_caffes_bits(way, geometry, floor, mo
 
 
 PARITY = [(8, 8, 3, 0, 2), (7, 7, 3, 1, 2), (6, 6, 2, 0, 2), (6, 9, 3, 0, 2), (3, 9, 3, 0, 2), (5, 3, 5, 2, 2),
-          (4, 4, 3, 1, 2)]
+          (4, 4, 3, 1, 2), (6, 8, 3, 0, 2), (8, 8, 2, 0, 2)]
 """(H, W, kernel, pad, stride) whose average pooling goes one plane a vector by row parity:
 CIFAR10-quick's pool3, a pad that makes a window's first row odd, 2 x 2, 3 x 3 and any window,
-parities of 32 floats and of fewer, windows clipped by the pad and the image."""
+parities of 32 floats and of fewer, windows clipped by the pad and the image; planes 8 wide
+(their rows of a parity loaded two a vector), with fewer rows too."""
 
 
 @pytest.mark.skipif(not pooling.WIDE, reason='one plane a vector by row parity: AVX-512 only')
