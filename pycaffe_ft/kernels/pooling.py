@@ -240,8 +240,7 @@ def _pair_picks(height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, sizes):
                                 out_h, out_w)
     by_offsets = None
     if repeats is not None and not ph and not pw and per == 2:
-        starts = np.clip(2 * sh * np.arange(-(-out_h // 2))[:, None, None] + np.arange(kh)[:, None]
-                         + np.array([0, sh]), 0, height - 1) * width
+        starts = rows[:, ::kw][:, :, [0, out_w]] * width  # window row ky's first tap, each chunk's two rows
         by_offsets = (np.concatenate([repeats[0, :kw].reshape(-1), starts.reshape(-1)]).astype(np.int32),
                       np.ascontiguousarray(positions[:, 0]).reshape(-1))
     return picks.reshape(-1), positions.reshape(-1), lane_sizes, per, \
