@@ -36,7 +36,10 @@ class LRNLayer(Layer):
         if bottom[0].num_axes != 4:
             raise self.error('input must have 4 axes (N, C, H, W), got %s' % (list(bottom[0].shape),))
         top[0].reshape(bottom[0].shape)
-        self.scale = np.empty(bottom[0].shape, np.float32)
+        if getattr(self, 'scale', np.empty(0)).shape != bottom[0].shape:
+            # kept while the shape holds: the net reshapes every pass, and a fresh array beyond
+            # malloc's mmap threshold (32 MB) faults its pages in again on every pass
+            self.scale = np.empty(bottom[0].shape, np.float32)
         if self.region != _L.ACROSS_CHANNELS:
             n, c, h, w = bottom[0].shape
             pad = (self.size - 1) // 2

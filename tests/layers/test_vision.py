@@ -50,6 +50,29 @@ def test_lrn_across_channels_matches_the_definition():
             np.testing.assert_allclose(top[0].data[:, c], x64[:, c] * scale ** -beta, rtol=2e-6, atol=1e-7)
 
 
+def test_lrn_keeps_its_scale_buffer_while_the_shape_holds():
+    """The net reshapes every pass: a same-shape reshape keeps the scale array (a new one
+    beyond malloc's mmap threshold would fault its pages in on every pass); a new shape gets
+    a new one, and the output is the one a fresh layer gives."""
+    layer, bottom, top = make_layer('type: "LRN" lrn_param { local_size: 3 alpha: 0.2 beta: 0.75 }', 1)
+    bottom[0].reshape((2, 4, 3, 3))
+    layer.setup(bottom, top)
+    kept = layer.scale
+    layer.reshape(bottom, top)
+    assert layer.scale is kept
+    x = np.random.default_rng(0).standard_normal((3, 4, 2, 5)).astype(np.float32)
+    bottom[0].reshape(x.shape)
+    bottom[0].data[...] = x
+    layer.run_forward(bottom, top)
+    assert layer.scale is not kept and layer.scale.shape == x.shape
+    fresh, fresh_bottom, fresh_top = make_layer('type: "LRN" lrn_param { local_size: 3 alpha: 0.2 beta: 0.75 }', 1)
+    fresh_bottom[0].reshape(x.shape)
+    fresh_bottom[0].data[...] = x
+    fresh.setup(fresh_bottom, fresh_top)
+    fresh.run_forward(fresh_bottom, fresh_top)
+    np.testing.assert_array_equal(top[0].data, fresh_top[0].data)
+
+
 class TestSPP(LayerTestCase):
     layer_type = 'SPP'
     configs = [{'param': 'type: "SPP" spp_param { pyramid_height: 2 pool: MAX }', 'bottoms': [((2, 2, 5, 4), 'distinct')]},
