@@ -71,11 +71,13 @@ Six ways through the planes:
   in output order, into a zeroed dx (:func:`_max_pool_backward`); 2 x 2 windows at stride 2,
   which never overlap, gather instead, each input stored once (:func:`_max_pool_gather`; with
   AVX-512 on planes of up to 1024 inputs by flat vectors, sixteen inputs of a plane in whatever
-  rows they lie, dx written in order: :func:`_max_pool_gather_vectors`). For
-  overlapping 3 x 3 windows at stride 2 a gather in eight lanes (up to four candidate windows
-  an input, each a compare and an add) ran as many instructions as the scatter and was 10%
-  slower (CIFAR10-quick's pool1) to 30% (AlexNet's pool1, whose odd width leaves a column to
-  go one by one).
+  rows they lie, dx written in order: :func:`_max_pool_gather_vectors`). Overlapping 3 x 3
+  windows at stride 2 gather too with AVX-512, on planes at least 17 wide: a block of 32 input
+  columns is its 16 even and 16 odd columns, whose candidate windows are the block's 16
+  outputs as they lie and shifted one lane, so each window row's terms are a compare and a
+  masked add per column kind, and each input row is stored once
+  (:func:`_max_pool_gather_3x3`). (A gather in eight lanes, a candidate window an input a
+  compare and an add, had run as many instructions as the scatter and was 10-30% slower.)
 
 **Bound calls**: ``max_pool_forward_calls`` and the other ``*_calls`` functions take the
 arguments of the function they are named after and return ``[(function, arguments), ...]``,
@@ -94,10 +96,10 @@ import functools
 import numpy as np
 from numba import njit
 
-from .simd import WIDE, prefetch, prefetch_to_write, vadd, vadd_where_eq, vdiv, vfull, vkeep, vload, \
+from .simd import WIDE, prefetch, prefetch_to_write, vadd, vadd_if_eq, vadd_where_eq, vdiv, vfull, vkeep, vload, \
     vload_even_swizzled, vload_evens_odds_swizzled, vload_pairs, vmul, vramp, vrelu, vsplat, vstore, vsub, vtranspose, \
     vunswizzle, vwhere_gt, wfull, whalves, wload, wload_even, wload_even_rows, wload_rows, wpermute2, wpermute4, \
-    wpick, wpick2, wramp, wramp_rows, wsplat, wstore
+    wpick, wpick2, wramp, wramp_rows, wsplat, wstore, winterleave, wload_lanes, wstore_lanes, wzero
 from . import numpy_references
 from .relu import relu_forward
 from .tiered import call, ready
@@ -1122,6 +1124,8 @@ def _max_pool_backward_plan(dy, mask, planes, height, width, kh, kw, ph, pw, sh,
         return (_max_pool_gather_vectors, numpy_references.max_pool_backward, *args, *vectors)
     if apart and width >= 8:
         return (_max_pool_gather, numpy_references.max_pool_backward, *args, width, out_w)
+    if (kh, kw, sh, sw, ph, pw) == (3, 3, 2, 2, 0, 0) and width >= GATHER_3X3_FROM and GATHER_3X3:
+        return (_max_pool_gather_3x3, numpy_references.max_pool_backward, *args, height, width, out_h, out_w)
     return (_max_pool_backward, numpy_references.max_pool_backward, *args)
 
 
@@ -1218,6 +1222,83 @@ def _max_pool_gather(dy, mask, planes, in_plane, out_plane, dx, x, width, out_w)
             _gather_column(dy, mask, dx, in_base, out_base, column, height, width, out_h, out_w)
         _mask_plane_by_relu(dx, x, in_base, in_plane)
 
+
+@njit(cache=True, nogil=True, inline='always')
+def _gather_window_row(values, taken, values_before, taken_before, p, even, odd):
+    """(even, odd) plus one window row's terms, for the inputs of a row (kx = 0 at offset p,
+    lane l's in-plane offset): lane l of ``even`` (input column 2 l from the block's first)
+    adds the output before's dy where its mask took it (its kx = 2: ``values_before`` and
+    ``taken_before``, the outputs shifted one lane), then its own output's (its kx = 0); lane l
+    of ``odd`` (column 2 l + 1), its own output's (kx = 1). A term the mask did not take is
+    not added (``vadd_if_eq``: the sums begin at +0)."""
+    even = vadd_if_eq(vadd_if_eq(even, taken_before, p, values_before), taken, p, values)
+    return even, vadd_if_eq(odd, taken, vadd(p, wfull(np.float32(1.0))), values)
+
+
+@njit(cache=True, nogil=True, inline='always')
+def _store_gathered_row(dx, x, d, columns, even, odd):
+    """dx[d:d + columns] (at most 32) = the even and odd columns interleaved, each times 1
+    where x > 0 else 0 where x is not None (the ReLU below's backward)."""
+    low, high = winterleave(even, odd)
+    if x is not None:
+        zero, one = wzero(), wfull(np.float32(1.0))
+        low = vmul(low, vwhere_gt(wload_lanes(x, d, 0, columns, zero), zero, one, zero))
+        high = vmul(high, vwhere_gt(wload_lanes(x, d + 16, 0, columns - 16, zero), zero, one, zero))
+    wstore_lanes(dx, d, low, columns)
+    wstore_lanes(dx, d + 16, high, columns - 16)
+
+
+@njit(cache=True, nogil=True)
+def _max_pool_gather_3x3(dy, mask, planes, in_plane, out_plane, dx, x, height, width, out_h, out_w):
+    """:func:`max_pool_backward` of 3 x 3 windows at stride 2 without padding (AVX-512), by
+    gathering: blocks of 32 input columns going down each plane, a block's columns as its 16
+    even and 16 odd ones, so that input column 2 l + k of a window row is tap kx = k of output
+    l of the block's outputs (and kx = 2 of output l - 1 for k = 0). An output row's dy and mask
+    are loaded once (and once shifted one lane) and give its three window rows' terms
+    (:func:`_gather_window_row`); input row 2 c adds output row c - 1's third window row's then
+    output row c's first's, so each input adds its terms in Caffe's output order from +0, and
+    is stored once (:func:`_store_gathered_row`), where the scatter zeroed dx and then
+    read-modified-wrote an input per output. Rows below the last window: +0."""
+    zero, none = wzero(), wfull(np.float32(-1.0))
+    row, two_rows = wfull(np.float32(width)), wfull(np.float32(2 * width))
+    for plane in range(planes):
+        in_base, out_base = plane * in_plane, plane * out_plane
+        for block in range((width + 31) // 32):
+            first = 1 if block == 0 else 0  # the block's lane 0 has no output before it in the row
+            count, columns = out_w - 16 * block, min(32, width - 32 * block)
+            p = wramp(np.float32(32 * block), np.float32(2.0))
+            at, d = out_base + 16 * block, in_base + 32 * block
+            even = odd = zero  # the terms of input row 2 c from output row c - 1
+            for c in range(out_h):
+                values, taken = wload_lanes(dy, at, 0, count, zero), wload_lanes(mask, at, 0, count, none)
+                values_before = wload_lanes(dy, at - 1, first, count + 1, zero)
+                taken_before = wload_lanes(mask, at - 1, first, count + 1, none)
+                even, odd = _gather_window_row(values, taken, values_before, taken_before, p, even, odd)
+                _store_gathered_row(dx, x, d, columns, even, odd)
+                if 2 * c + 1 < height:
+                    even, odd = _gather_window_row(values, taken, values_before, taken_before, vadd(p, row), zero,
+                                                   zero)
+                    _store_gathered_row(dx, x, d + width, columns, even, odd)
+                even, odd = _gather_window_row(values, taken, values_before, taken_before, vadd(p, two_rows), zero,
+                                               zero)
+                p = vadd(p, two_rows)
+                at += out_w
+                d += 2 * width
+            for r in range(2 * out_h, height):  # the last output row's third window row, then rows below
+                _store_gathered_row(dx, x, d, columns, even, odd)
+                even = odd = zero
+                d += width
+
+
+GATHER_3X3 = WIDE
+"""Whether max pooling's backward of 3 x 3 windows at stride 2 without padding gathers
+(:func:`_max_pool_gather_3x3`; AVX-512) instead of scattering, on planes at least
+:data:`GATHER_3X3_FROM` wide."""
+
+GATHER_3X3_FROM = 17
+"""The narrowest planes :func:`_max_pool_gather_3x3` takes: a narrower one leaves most of its 32
+columns a block idle, and the scatter was faster (hot, 4096 planes 16 wide: 181 against 202 us;
+20 wide: 270 against 253)."""
 
 GATHER_VECTORS = WIDE
 """Whether max pooling's backward of 2 x 2 windows at stride 2 without padding gathers by flat

@@ -6,8 +6,10 @@ transpose; and cache prefetch hints (to read, to write).
 Sixteen-float vectors (``wload``, ``wload_even``, ``whalves``, ``wstore``, ``wsplat``,
 ``wfull``, ``wramp``, ``wzero``, and two rows of eight in one vector: ``wload_rows``,
 ``wload_even_rows``, ``wramp_rows``; sixteen lanes picked by a table from four vectors or two:
-``wpick``, ``wpick2``; one zmm register; ``vfma``, ``vstore``, ``vwhere_gt``, ``vrelu`` and the
-lane-wise arithmetic take either width) for kernels that have a wide variant, used where
+``wpick``, ``wpick2``; masked loads and stores of some lanes: ``wload_lanes``, ``wstore_lanes``;
+two vectors' lanes interleaved: ``winterleave``; one zmm register; ``vfma``, ``vstore``,
+``vwhere_gt``, ``vadd_if_eq``, ``vrelu`` and the lane-wise arithmetic take either width) for
+kernels that have a wide variant, used where
 :data:`WIDE` says the CPU has AVX-512.
 
 Numba's loop vectorizer leaves register-blocked loops (a block of outputs kept in registers
@@ -25,11 +27,13 @@ from numba.core import cgutils
 from numba.extending import intrinsic, models, register_model
 
 __all__ = ['vload', 'vload_even_swizzled', 'vload_evens_odds_swizzled', 'vunswizzle', 'vload_pairs', 'vstore', 'vsplat',
-           'vfull', 'vramp', 'vzero', 'vfma', 'vadd', 'vsub', 'vmul', 'vdiv', 'vwhere_gt', 'vadd_where_eq', 'vkeep',
+           'vfull', 'vramp', 'vzero', 'vfma', 'vadd', 'vsub', 'vmul', 'vdiv', 'vwhere_gt', 'vadd_where_eq', 'vadd_if_eq',
+           'vkeep',
            'vrelu', 'vtranspose',
            'prefetch', 'prefetch_to_write', 'WIDTH',
            'wload', 'wload_even', 'wload_rows', 'wload_even_rows', 'wramp_rows', 'whalves', 'wstore', 'wsplat', 'wfull',
-           'wramp', 'wzero', 'wpick', 'wpick2', 'wpermute2', 'wpermute4', 'wstore_past_caches', 'store_fence', 'WIDE',
+           'wramp', 'wzero', 'wpick', 'wpick2', 'wpermute2', 'wpermute4', 'wstore_past_caches', 'store_fence',
+           'wload_lanes', 'wstore_lanes', 'winterleave', 'WIDE',
            'WIDE_AT_HALF_RATE']
 
 WIDTH = 8
@@ -235,6 +239,15 @@ def vadd_where_eq(typingctx, total, a, b, v):
 
 
 @intrinsic
+def vadd_if_eq(typingctx, total, a, b, v):
+    """Per lane: total + v where a == b (ordered), else total: one masked add. The bits of
+    :func:`vadd_where_eq` for every total but -0 (-0 + +0 is +0), so for sums begun at +0."""
+    def codegen(context, builder, sig, args):
+        return builder.select(builder.fcmp_ordered('==', args[1], args[2]), builder.fadd(args[0], args[3]), args[0])
+    return total(total, a, b, v), codegen
+
+
+@intrinsic
 def vrelu(typingctx, x):
     """Per lane: x where x > 0 or x is a NaN, else +0 (:func:`~.relu.relu_forward`'s rule),
     on eight or sixteen lanes."""
@@ -309,6 +322,67 @@ def _evens_of_two(builder, pointer, offset, vector):
     high = builder.load(builder.bitcast(builder.gep(pointer, [offset]), vector.as_pointer()), align=4)
     return builder.shuffle_vector(low, high, ir.Constant(ir.VectorType(ir.IntType(32), lanes),
                                                          list(range(0, 2 * lanes, 2))))
+
+
+def _lanes_within(builder, first, end):
+    """<16 x i1>: lanes first <= lane < end (i64 values)."""
+    index = ir.VectorType(ir.IntType(64), 2 * WIDTH)
+    lanes = ir.Constant(index, list(range(2 * WIDTH)))
+    undefined, zeros = ir.Constant(index, ir.Undefined), ir.Constant(_WIDE_INDEX, [0] * (2 * WIDTH))
+    first, end = (builder.shuffle_vector(builder.insert_element(undefined, bound, ir.Constant(ir.IntType(32), 0)),
+                                         undefined, zeros) for bound in (first, end))
+    return builder.and_(builder.icmp_signed('>=', lanes, first), builder.icmp_signed('<', lanes, end))
+
+
+# LLVM's masked load and store by their typed-pointer names (LLVM 14, numba 0.58's), which later
+# LLVMs upgrade to their opaque-pointer ones.
+def _masked_load(builder, pointer, within, fill):
+    """LLVM's masked load of sixteen floats at ``pointer``: lanes ``within``, else ``fill``'s."""
+    pointer = builder.bitcast(pointer, _WIDE_VECTOR.as_pointer())
+    function = cgutils.get_or_insert_function(
+        builder.module, ir.FunctionType(_WIDE_VECTOR, [pointer.type, ir.IntType(32), within.type, _WIDE_VECTOR]),
+        'llvm.masked.load.v16f32.p0v16f32')
+    return builder.call(function, [pointer, ir.Constant(ir.IntType(32), 4), within, fill])
+
+
+def _masked_store(builder, vector, pointer, within):
+    """LLVM's masked store of the lanes ``within`` of sixteen floats at ``pointer``."""
+    pointer = builder.bitcast(pointer, _WIDE_VECTOR.as_pointer())
+    function = cgutils.get_or_insert_function(
+        builder.module, ir.FunctionType(ir.VoidType(), [_WIDE_VECTOR, pointer.type, ir.IntType(32), within.type]),
+        'llvm.masked.store.v16f32.p0v16f32')
+    builder.call(function, [vector, pointer, ir.Constant(ir.IntType(32), 4), within])
+
+
+@intrinsic
+def wload_lanes(typingctx, array, index, first, end, fill):
+    """Lane l is array[index + l] for first <= l < end, else ``fill``'s lane l: a masked load,
+    which reads nothing of the other lanes (index + l may lie outside the array there)."""
+    def codegen(context, builder, sig, args):
+        pointer = _element_pointer(context, builder, sig.args[0], args[0], args[1])
+        return _masked_load(builder, pointer, _lanes_within(builder, args[2], args[3]), args[4])
+    return float32x16(array, types.int64, types.int64, types.int64, fill), codegen
+
+
+@intrinsic
+def wstore_lanes(typingctx, array, index, vector, count):
+    """array[index + l] = vector's lane l for the lanes l < count (a masked store: nothing
+    beyond them is written)."""
+    def codegen(context, builder, sig, args):
+        pointer = _element_pointer(context, builder, sig.args[0], args[0], args[1])
+        _masked_store(builder, args[2], pointer, _lanes_within(builder, ir.Constant(ir.IntType(64), 0), args[3]))
+        return context.get_dummy_value()
+    return types.void(array, types.int64, vector, types.int64), codegen
+
+
+@intrinsic
+def winterleave(typingctx, a, b):
+    """(a0 b0 a1 b1 .. a7 b7, a8 b8 .. a15 b15): the lanes of two wide vectors interleaved."""
+    def codegen(context, builder, sig, args):
+        halves = [builder.shuffle_vector(args[0], args[1], ir.Constant(_WIDE_INDEX, [
+            first + (lane // 2) + (lane % 2) * 2 * WIDTH for lane in range(2 * WIDTH)])) for first in (0, WIDTH)]
+        return context.make_tuple(builder, sig.return_type, halves)
+    return types.UniTuple(float32x16, 2)(a, b), codegen
 
 
 @intrinsic

@@ -1,7 +1,7 @@
 """The pooling kernels' ways through the planes that the layer tests do not pick out: max
 pooling by single rows and by wide rows by window rows (AVX-512) and by blocks by window rows
 (eight lanes), average pooling by blocks (eight lanes), the ReLU the small-plane kernels apply
-as they store, the 2 x 2 max pooling's backward by gathering, average pooling's backward by output rows
+as they store, the 2 x 2 and 3 x 3 (stride 2) max pooling's backward by gathering, average pooling's backward by output rows
 and one plane a vector (AVX-512) and by plane lanes, and the backward of the ReLU below that
 every pooling backward applies. (Every way against Caffe's definition:
 tests/layers/test_vision.py; against the NumPy references, NaN included:
@@ -226,6 +226,45 @@ def test_max_pooling_backward_by_gathering_gives_caffes_bits(geometry, floor):
                                   [planes * height * width],
                                   lambda dx: (dy, mask, planes, height * width, out_h * out_w, dx, below, *vectors))
             assert by_vectors == theirs
+
+
+GATHERED_3X3 = [(32, 32, 3, 0, 2), (13, 13, 3, 0, 2), (27, 27, 3, 0, 2), (55, 55, 3, 0, 2), (9, 33, 3, 0, 2),
+                (6, 66, 3, 0, 2), (17, 20, 3, 0, 2), (3, 3, 3, 0, 2)]
+"""(H, W, kernel, pad, stride) of 3 x 3 windows at stride 2 whose max pooling backward can
+gather: one block a row, a last block part full (55), a block with no output of its own (33:
+only the last output's third column), three blocks (66), planes narrower than a block and
+:data:`~pycaffe_ft.kernels.pooling.GATHER_3X3_FROM` (13, 3: the kernel called directly)."""
+
+
+@pytest.mark.skipif(not pooling.WIDE, reason='3 x 3 max pooling backward by gathering: AVX-512 only')
+@pytest.mark.parametrize('floor', [False, True])
+@pytest.mark.parametrize('geometry', GATHERED_3X3)
+def test_max_pooling_backward_3x3_by_gathering_gives_caffes_bits(geometry, floor):
+    """Against Caffe's scatter in NumPy (NaN, infinities and signed zeros in dy and x, ties, a
+    plane whose masks are all -1), with and without the ReLU below, called directly and
+    through max_pool_backward (which gathers from GATHER_3X3_FROM columns); ``floor``: round_mode
+    FLOOR's outputs, which leave an even last row and column under no window (+0), where CEIL's
+    last windows are clipped."""
+    planes, x, args = _pool_case(geometry, 13 + floor)
+    height, width = args[:2]
+    if floor:
+        args = args[:-2] + ((height - 3) // 2 + 1, (width - 3) // 2 + 1)
+    out_h, out_w = args[-2:]
+    size = planes * out_h * out_w
+    y, mask = np.empty(size, np.float32), np.empty(size, np.float32)
+    references.max_pool_caffe(x, planes, *args, y, mask)
+    dy = _values(np.random.default_rng(7), size)
+    for below in (None, x):
+        gathered, theirs = _both(pooling._max_pool_gather_3x3, references.max_pool_backward, [planes * height * width],
+                                 lambda dx: (dy, mask, planes, height * width, out_h * out_w, dx, below, height, width,
+                                             out_h, out_w))
+        assert gathered == theirs
+        ours, _ = _both(lambda dx: pooling.max_pool_backward(dy, mask, planes, *args, dx, below), lambda dx: None,
+                        [planes * height * width], lambda dx: (dx,))
+        assert ours == theirs
+        calls = pooling.max_pool_backward_calls(dy, mask, planes, *args, np.empty(planes * height * width, np.float32),
+                                                below)
+        assert (calls[0][0] is pooling._max_pool_gather_3x3) == (width >= pooling.GATHER_3X3_FROM)
 
 
 def test_gather_vectors_take_planes_whose_vectors_read_sixteen_outputs():

@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 from numba import njit
 
-from pycaffe_ft.kernels.simd import WIDE, vadd_where_eq, vkeep, vload, vload_even_swizzled, vload_evens_odds_swizzled, \
+from pycaffe_ft.kernels.simd import WIDE, vadd_if_eq, vadd_where_eq, vkeep, vload, vload_even_swizzled, vload_evens_odds_swizzled, \
     vload_pairs, vstore, vtranspose, vunswizzle, wfull, whalves, wload, wload_even, wload_even_rows, wload_rows, \
-    wpermute2, wpermute4, wpick, wpick2, wramp_rows, wstore
+    wpermute2, wpermute4, wpick, wpick2, wramp_rows, wstore, winterleave, wload_lanes, wstore_lanes
 
 
 @njit(cache=False)
@@ -137,3 +137,50 @@ def test_pairs_and_the_compare_and_add():
     # total + v where a == b (NaN never equal), else total + (+0): signed zeros as such an add gives them
     expected = total + np.where(a == b, v, np.float32(0.0))
     assert out[8:].tobytes() == expected.tobytes()
+
+
+@njit(cache=False)
+def _some_lanes(x, at, first, end, out, to, count):
+    wstore_lanes(out, to, wload_lanes(x, at, first, end, wfull(np.float32(-7.0))), count)
+
+
+@pytest.mark.skipif(not WIDE, reason='sixteen-lane vectors: AVX-512 only')
+def test_masked_loads_and_stores_touch_only_their_lanes():
+    """Lanes first <= l < end load, the others are the fill; a store writes lanes below count and
+    nothing else; at the ends of the arrays too, where a whole vector would run past them (a
+    load from x[-1] whose lane 0 is not loaded, stores of the last element alone)."""
+    x = np.arange(40, dtype=np.float32)
+    for at, first, end, to, count in ((0, 0, 16, 0, 16), (3, 1, 9, 3, 12), (30, 0, 10, 30, 10), (-1, 1, 17, 0, 16),
+                                      (24, 2, 5, 24, 0), (39, 0, 1, 39, 1), (5, 4, 2, 5, 16), (35, 0, 5, 39, 1)):
+        out = np.full(40, np.float32(99.0))
+        _some_lanes(x, at, first, end, out, to, count)
+        lanes = np.arange(16)
+        loaded = np.where((lanes >= first) & (lanes < end), at + lanes, np.float32(-7.0))
+        expected = np.full(40, np.float32(99.0))
+        expected[to + lanes[lanes < count]] = loaded[lanes < count]
+        np.testing.assert_array_equal(out, expected)
+
+
+@njit(cache=False)
+def _interleaved_and_added(a, b, total, c, d, v):
+    out = np.empty(48, np.float32)
+    low, high = winterleave(wload(a, 0), wload(b, 0))
+    wstore(out, 0, low)
+    wstore(out, 16, high)
+    wstore(out, 32, vadd_if_eq(wload(total, 0), wload(c, 0), wload(d, 0), wload(v, 0)))
+    return out
+
+
+@pytest.mark.skipif(not WIDE, reason='sixteen-lane vectors: AVX-512 only')
+def test_interleave_and_the_masked_add():
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal(16).astype(np.float32), rng.standard_normal(16).astype(np.float32)
+    total = np.array([0, 1, 2, -0.0, np.nan, 0, 3, 0] * 2, np.float32)
+    c = np.array([1, 2, np.nan, 4, 5, 6, 7, 8] * 2, np.float32)
+    d = np.array([1, 0, np.nan, 4, 5, 6, 0, 8] * 2, np.float32)
+    v = np.array([-0.0, 5, 2, 1, 9, np.inf, 3, -0.0] * 2, np.float32)
+    out = _interleaved_and_added(a, b, total, c, d, v)
+    np.testing.assert_array_equal(out[:32], np.stack([a, b], axis=1).reshape(-1))
+    # total + v where c == d (NaN never equal), else total itself (-0 stays -0: not an add of +0)
+    expected = np.where(c == d, total + v, total)
+    assert out[32:].tobytes() == expected.tobytes()
