@@ -334,6 +334,11 @@ def ave_pool_backward_plane_vectors(dy, planes, sizes, covers, picks, dx, x):
     ave_pool_backward(dy, planes, sizes, covers, dx, x)
 
 
+def ave_pool_backward_by_parity(dy, planes, sizes, covers, shifts, phases, dx, x):
+    """:func:`.pooling.ave_pool_backward`'s kernels by parity: :func:`ave_pool_backward`."""
+    ave_pool_backward(dy, planes, sizes, covers, dx, x)
+
+
 def ave_pool_backward_rows(dy, planes, height, width, ph, out_h, sizes, covers, starts, picks, dx, x):
     """:func:`.pooling.ave_pool_backward`'s kernels by output rows: :func:`ave_pool_backward`."""
     ave_pool_backward(dy, planes, sizes, covers, dx, x)

@@ -63,10 +63,13 @@ Six ways through the planes:
   shares dy / size, its sum is carried to the next output row, whose window shares a row with
   it, and every input row is stored once; planes of at most 64 inputs and 16 outputs go one
   plane a vector, each vector of sixteen inputs adding its covering shares picked from the
-  plane's one vector of shares (:func:`_ave_pool_backward_plane_vectors`). Both (and the plane
-  lanes) apply the backward of the ReLU below as they store. (CIFAR10-quick's pool2 / pool3
-  backward alone, hot: 0.19 / 0.09 ms by plane lanes, 0.11 / 0.06 ms these ways; with the ReLU
-  below's mask, a pass of its own before, 0.45 / 0.22 -> 0.15 / 0.08 ms.)
+  plane's one vector of shares (:func:`_ave_pool_backward_plane_vectors`); under 3 x 3 windows
+  at stride 2 with CEIL's outputs (CIFAR10-quick's 8 x 8 pool3) by parity, the four parities
+  of input row and column each a sum of the shares and their shifts by one output, each input
+  vector two permutes of those four (:func:`_ave_pool_backward_by_parity`; alone, hot, 55-70
+  -> 47-49 us). All apply the backward of the ReLU below as they store. (CIFAR10-quick's pool2
+  / pool3 backward alone, hot: 0.19 / 0.09 ms by plane lanes, 0.11 / 0.06 ms these ways; with
+  the ReLU below's mask, a pass of its own before, 0.45 / 0.22 -> 0.15 / 0.08 ms.)
 - **Scatter and gather** (the backward of max pooling): each output's dy added at its argmax,
   in output order, into a zeroed dx (:func:`_max_pool_backward`); 2 x 2 windows at stride 2,
   which never overlap, gather instead, each input stored once (:func:`_max_pool_gather`; with
@@ -136,7 +139,8 @@ def window_taps(height, width, kh, kw, ph, pw, sh, sw, out_h, out_w):
         _backward_rows(height, width, kh, kw, ph, pw, sh, sw, out_h, out_w), \
         _backward_plane_picks(covers, out_h * out_w), \
         _wide_row_picks(height, width, kh, kw, ph, pw, sh, sw, out_h, out_w), \
-        _parity_picks(height, width, kh, kw, ph, pw, sh, sw, out_h, out_w)
+        _parity_picks(height, width, kh, kw, ph, pw, sh, sw, out_h, out_w), \
+        _backward_parity_picks(height, width, kh, kw, ph, pw, sh, sw, out_h, out_w)
 
 
 def _chunk_windows(height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, sizes, per):
@@ -344,6 +348,30 @@ def _backward_plane_picks(covers, out_plane):
     picks = np.full((chunks * 16, terms), 16, np.int32)
     picks[:in_plane] = np.where(covers < out_plane, covers, 16)
     return picks.reshape(chunks, 16, terms).transpose(0, 2, 1).reshape(-1)
+
+
+def _backward_parity_picks(height, width, kh, kw, ph, pw, sh, sw, out_h, out_w):
+    """Average pooling's backward one plane a vector by parity (:func:`_ave_pool_backward_by_parity`;
+    3 x 3 windows at stride 2 without padding, planes of at most 64 inputs and 16 outputs
+    whose every input row and column r has an output row or column r // 2: even ones at most
+    twice the outputs, as CEIL's rounding gives): ``shifts[16 k + l]``, the output lane l's
+    neighbour to the left (k = 0), above (1) and above-left (2) comes from, or 16 (a zero
+    term) where there is none; ``phases[16 v + l]``, where input 16 v + l of the plane lies
+    among the four parity sums (even row and even column first, 16 lanes each, lane
+    (r // 2) * out_w + c // 2). None for other planes."""
+    if ((kh, kw, sh, sw, ph, pw) != (3, 3, 2, 2, 0, 0) or height * width > 64 or out_h * out_w > 16
+            or height > 2 * out_h or width > 2 * out_w):
+        return None
+    lanes = np.arange(16)
+    above, left = np.divmod(lanes, out_w)
+    real = lanes < out_h * out_w
+    shifts = np.concatenate([np.where(real & (left > 0), lanes - 1, 16),
+                             np.where(real & (above > 0), lanes - out_w, 16),
+                             np.where(real & (above > 0) & (left > 0), lanes - out_w - 1, 16)])
+    rows, columns = np.divmod(np.arange(-(-height * width // 16) * 16), width)
+    phases = ((rows % 2) * 2 + columns % 2) * 16 + (rows // 2) * out_w + columns // 2
+    phases[height * width:] = 0  # past the plane: not stored
+    return shifts.astype(np.int32), phases.astype(np.int32)
 
 
 def _covering_outputs(starts, offsets, in_plane):
@@ -842,6 +870,11 @@ BACKWARD_ROWS = WIDE
 """Whether average pooling's backward goes by output rows where the window and width suit
 (:func:`_backward_rows`; AVX-512 only: each term of a row is one permute), before plane lanes."""
 
+BACKWARD_PARITY = True
+"""Whether average pooling's backward goes one plane a vector by parity where
+:func:`_backward_parity_picks` has tables (and :data:`PLANE_VECTORS` is on), before one plane a
+vector by covering shares."""
+
 BACKWARD_ROWS_WIDTHS = (9, 16)
 """The planes' widths whose average pooling backward goes by output rows: a row one sixteen-lane
 vector, of which an 8-wide row would leave half idle (CIFAR10-quick's 8 x 8 pool3 alone, hot:
@@ -1067,10 +1100,11 @@ def ave_pool_backward(dy, planes, taps, dx, x=None):
     windows hold it, in ascending output order (Caffe's order: it adds each output's share over
     its window, outputs in row-major order, into a zeroed dx); ``taps`` is :func:`window_taps`
     of this geometry. Given the bottom data ``x``, dx goes through the backward of a ReLU on x
-    (:func:`~.relu.relu_backward`'s rule) as it is stored. Small planes go one plane a vector,
-    planes 9 to 16 wide under 3 x 3 or 2 x 2 windows at stride 2 by output rows (AVX-512), the
-    others by plane lanes. While the kernel compiles in the background (:mod:`.tiered`), by its
-    NumPy reference."""
+    (:func:`~.relu.relu_backward`'s rule) as it is stored. Small planes go one plane a vector
+    (by parity under 3 x 3 windows at stride 2 where every input has an output at half its
+    row and column), planes 9 to 16 wide under 3 x 3 or 2 x 2 windows at stride 2 by output
+    rows (AVX-512), the others by plane lanes. While the kernel compiles in the background
+    (:mod:`.tiered`), by its NumPy reference."""
     call(*_ave_pool_backward_plan(dy, planes, taps, dx, x))
 
 
@@ -1084,6 +1118,9 @@ def ave_pool_backward_calls(dy, planes, taps, dx, x=None):
 def _ave_pool_backward_plan(dy, planes, taps, dx, x):
     """(kernel, reference, their arguments...) of :func:`ave_pool_backward`."""
     sizes, covers, rows, plane_picks = taps[2], taps[3], taps[7], taps[8]
+    if PLANE_VECTORS and BACKWARD_PARITY and taps[11] is not None:
+        return (_ave_pool_backward_by_parity, numpy_references.ave_pool_backward_by_parity, dy, planes, sizes, covers,
+                *taps[11], dx, x)
     if PLANE_VECTORS and plane_picks is not None:
         return (_AVE_POOL_BACKWARD_PLANE_VECTORS.get(covers.shape[1], _ave_pool_backward_plane_vectors_any),
                 numpy_references.ave_pool_backward_plane_vectors, dy, planes, sizes, covers, plane_picks, dx, x)
@@ -2378,6 +2415,42 @@ def _ave_pool_backward_plane_vectors_1(dy, planes, sizes, covers, picks, dx, x):
 @njit(cache=True, nogil=True, error_model='numpy')
 def _ave_pool_backward_plane_vectors_any(dy, planes, sizes, covers, picks, dx, x):
     _ave_pool_backward_plane_vectors(covers.shape[1], dy, planes, sizes, covers.shape[0], picks, dx, x)
+
+
+@njit(cache=True, nogil=True, error_model='numpy')
+def _ave_pool_backward_by_parity(dy, planes, sizes, covers, shifts, phases, dx, x):
+    """:func:`ave_pool_backward` one plane a vector by parity (AVX-512; the tables of
+    :func:`_backward_parity_picks`): input (2 c + a, 2 j + b) of a 3 x 3 window at stride 2 lies
+    under output (c, j) and, where a or b is 0, under the outputs above and to the left of it,
+    so each parity of row and column sums the plane's shares and its shifts by one output to
+    the left, above, above-left (three permutes), in output order, and each vector of sixteen
+    inputs picks its inputs from the four sums (two permutes), where one plane a vector
+    (:func:`_ave_pool_backward_plane_vectors`) added each input's four covering shares, a
+    permute each. Masked loads and stores keep each plane's vectors within it."""
+    out_plane, in_plane = sizes.size, covers.shape[0]
+    zero, one = wzero(), wfull(np.float32(1.0))
+    divisors = np.ones(16, np.float32)
+    divisors[:out_plane] = sizes
+    for plane in range(planes):
+        shares = vdiv(wload_lanes(dy, plane * out_plane, 0, out_plane, zero), wload(divisors, 0))
+        left, above, above_left = (wpermute2(shares, zero, shifts, 0), wpermute2(shares, zero, shifts, 16),
+                                   wpermute2(shares, zero, shifts, 32))
+        even_rows_even_columns = vadd(vadd(vadd(vadd(zero, above_left), above), left), shares)
+        even_rows_odd_columns = vadd(vadd(zero, above), shares)
+        odd_rows_even_columns = vadd(vadd(zero, left), shares)
+        odd_rows_odd_columns = vadd(zero, shares)
+        at = plane * in_plane
+        for v in range(phases.size // 16):
+            count = in_plane - 16 * v
+            gathered = wpermute4(even_rows_even_columns, even_rows_odd_columns, odd_rows_even_columns,
+                                 odd_rows_odd_columns, phases, 16 * v)
+            d = at + 16 * v
+            if count >= 16:  # (masked, CIFAR10-quick's pool3 alone took 57-62 us, hot, against 44-47)
+                wstore(dx, d, _masked_by_relu(wload, gathered, x, d, zero, one))
+            else:
+                if x is not None:
+                    gathered = vmul(gathered, vwhere_gt(wload_lanes(x, d, 0, count, zero), zero, one, zero))
+                wstore_lanes(dx, d, gathered, count)
 
 
 _AVE_POOL_BACKWARD_PLANE_VECTORS = {4: _ave_pool_backward_plane_vectors_4, 1: _ave_pool_backward_plane_vectors_1}

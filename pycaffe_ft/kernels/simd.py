@@ -325,13 +325,18 @@ def _evens_of_two(builder, pointer, offset, vector):
 
 
 def _lanes_within(builder, first, end):
-    """<16 x i1>: lanes first <= lane < end (i64 values)."""
-    index = ir.VectorType(ir.IntType(64), 2 * WIDTH)
-    lanes = ir.Constant(index, list(range(2 * WIDTH)))
-    undefined, zeros = ir.Constant(index, ir.Undefined), ir.Constant(_WIDE_INDEX, [0] * (2 * WIDTH))
-    first, end = (builder.shuffle_vector(builder.insert_element(undefined, bound, ir.Constant(ir.IntType(32), 0)),
-                                         undefined, zeros) for bound in (first, end))
-    return builder.and_(builder.icmp_signed('>=', lanes, first), builder.icmp_signed('<', lanes, end))
+    """<16 x i1>: lanes first <= lane < end (i64 values, compared as int32 clamped to
+    [-1, 16]: one 16-lane compare each)."""
+    lanes = ir.Constant(_WIDE_INDEX, list(range(2 * WIDTH)))
+    undefined, zeros = ir.Constant(_WIDE_INDEX, ir.Undefined), ir.Constant(_WIDE_INDEX, [0] * (2 * WIDTH))
+
+    def splat(bound):
+        low, high = ir.Constant(bound.type, -1), ir.Constant(bound.type, 2 * WIDTH)
+        bound = builder.select(builder.icmp_signed('<', bound, low), low, bound)
+        bound = builder.trunc(builder.select(builder.icmp_signed('>', bound, high), high, bound), ir.IntType(32))
+        return builder.shuffle_vector(builder.insert_element(undefined, bound, ir.Constant(ir.IntType(32), 0)),
+                                      undefined, zeros)
+    return builder.and_(builder.icmp_signed('>=', lanes, splat(first)), builder.icmp_signed('<', lanes, splat(end)))
 
 
 # LLVM's masked load and store by their typed-pointer names (LLVM 14, numba 0.58's), which later

@@ -290,23 +290,33 @@ BY_PLANE_VECTORS = [(8, 8, 3, 0, 2), (7, 7, 3, 1, 2), (6, 6, 2, 0, 2), (4, 4, 3,
 of one."""
 
 
+BY_PARITY = [(8, 8, 3, 0, 2), (6, 6, 3, 0, 2), (4, 4, 3, 0, 2), (4, 8, 3, 0, 2), (8, 6, 3, 0, 2), (6, 4, 3, 0, 2)]
+"""(H, W, kernel, pad, stride) whose average pooling backward can go one plane a vector by
+parity (CEIL's outputs): CIFAR10-quick's pool3 (four vectors), planes of parts of vectors,
+windows clipped by the image at the bottom and right."""
+
+
 def _average_backward_ways():
     return ([('output-rows', g) for g in BY_OUTPUT_ROWS] + [('plane-vectors', g) for g in BY_PLANE_VECTORS]
-            + [('plane-lanes', g) for g in BY_OUTPUT_ROWS + BY_PLANE_VECTORS])
+            + [('parity', g) for g in BY_PARITY] + [('plane-lanes', g) for g in BY_OUTPUT_ROWS + BY_PLANE_VECTORS])
 
 
 @pytest.mark.parametrize('floor', [False, True])
 @pytest.mark.parametrize('way,geometry', _average_backward_ways())
 def test_average_pooling_backward_ways_give_caffes_bits(way, geometry, floor, monkeypatch):
-    """Each way average pooling's backward goes (the others turned off: one plane a vector and by
-    output rows, AVX-512 only, and plane lanes) against Caffe's scatter in NumPy (NaN,
+    """Each way average pooling's backward goes (the others turned off: one plane a vector, by
+    parity and by output rows, AVX-512 only, and plane lanes) against Caffe's scatter in NumPy (NaN,
     infinities and signed zeros in dy); with the ReLU below (x with NaN and signed zeros too) as
     relu_backward gives it after the plain backward; 21 planes, the last through scratch.
     ``floor``: round_mode FLOOR's outputs, which can leave the last rows and columns under no
     window (+0)."""
     if way != 'plane-lanes' and not pooling.WIDE:
         pytest.skip('one plane a vector and by output rows: AVX-512 only')
-    monkeypatch.setattr(pooling, 'PLANE_VECTORS', way == 'plane-vectors')
+    if way == 'parity' and floor:
+        pytest.skip("by parity: CEIL's outputs (FLOOR's leave rows and columns under the last output's "
+                    "third window row alone)")
+    monkeypatch.setattr(pooling, 'PLANE_VECTORS', way in ('plane-vectors', 'parity'))
+    monkeypatch.setattr(pooling, 'BACKWARD_PARITY', way == 'parity')
     monkeypatch.setattr(pooling, 'BACKWARD_ROWS', way == 'output-rows')
     planes, x, args = _pool_case(geometry, 13 + floor)
     height, width, kh, kw, ph, pw, sh, sw, out_h, out_w = args
@@ -314,13 +324,28 @@ def test_average_pooling_backward_ways_give_caffes_bits(way, geometry, floor, mo
         out_h, out_w = (height + 2 * ph - kh) // sh + 1, (width + 2 * pw - kw) // sw + 1
         args = args[:-2] + (out_h, out_w)
     taps = pooling.window_taps(*args)
-    assert taps[{'output-rows': 7, 'plane-vectors': 8}.get(way, 3)] is not None
+    assert taps[{'output-rows': 7, 'plane-vectors': 8, 'parity': 11}.get(way, 3)] is not None
     dy = _values(np.random.default_rng(17), planes * out_h * out_w)
     for below in (None, x):
         ours, theirs = _both(lambda dx: pooling.ave_pool_backward(dy, planes, taps, dx, below),
                              lambda dx: references.ave_pool_backward(dy, planes, taps[2], taps[3], dx, below),
                              [planes * height * width], lambda dx: (dx,))
         assert ours == theirs
+
+
+def test_backward_by_parity_takes_3x3_windows_at_stride_2_whose_inputs_all_have_an_output():
+    """Tables for CEIL's even planes up to 64 inputs; none where an input row or column has no
+    output at half its index (FLOOR's 8 x 8, 7 x 7), for padding, other windows or strides, and
+    larger planes."""
+    assert pooling._backward_parity_picks(8, 8, 3, 3, 0, 0, 2, 2, 4, 4) is not None
+    shifts, phases = pooling._backward_parity_picks(4, 6, 3, 3, 0, 0, 2, 2, 2, 3)
+    np.testing.assert_array_equal(shifts[:16], [16, 0, 1, 16, 3, 4] + [16] * 10)  # to the left
+    np.testing.assert_array_equal(shifts[16:32], [16, 16, 16, 0, 1, 2] + [16] * 10)  # above
+    np.testing.assert_array_equal(shifts[32:], [16, 16, 16, 16, 0, 1] + [16] * 10)  # above-left
+    np.testing.assert_array_equal(phases[:12], [0, 16, 1, 17, 2, 18, 32, 48, 33, 49, 34, 50])  # rows 0 and 1
+    for geometry in ((8, 8, 3, 3, 0, 0, 2, 2, 3, 3), (7, 7, 3, 3, 0, 0, 2, 2, 3, 3), (8, 8, 3, 3, 1, 1, 2, 2, 4, 4),
+                     (8, 8, 2, 2, 0, 0, 2, 2, 4, 4), (10, 10, 3, 3, 0, 0, 2, 2, 5, 5)):
+        assert pooling._backward_parity_picks(*geometry) is None
 
 
 PARITY = [(8, 8, 3, 0, 2), (7, 7, 3, 1, 2), (6, 6, 2, 0, 2), (6, 9, 3, 0, 2), (3, 9, 3, 0, 2), (5, 3, 5, 2, 2),
