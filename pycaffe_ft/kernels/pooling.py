@@ -1273,16 +1273,21 @@ def _gather_window_row(values, taken, values_before, taken_before, p, even, odd)
 
 
 @njit(cache=True, nogil=True, inline='always')
+def _lanes_masked_by_relu(t, x, at, count):
+    """:func:`_masked_by_relu` of t's first ``count`` lanes (x read there alone: a masked load)."""
+    if x is not None:
+        zero = wzero()
+        return vmul(t, vwhere_gt(wload_lanes(x, at, 0, count, zero), zero, wfull(np.float32(1.0)), zero))
+    return t
+
+
+@njit(cache=True, nogil=True, inline='always')
 def _store_gathered_row(dx, x, d, columns, even, odd):
     """dx[d:d + columns] (at most 32) = the even and odd columns interleaved, each times 1
     where x > 0 else 0 where x is not None (the ReLU below's backward)."""
     low, high = winterleave(even, odd)
-    if x is not None:
-        zero, one = wzero(), wfull(np.float32(1.0))
-        low = vmul(low, vwhere_gt(wload_lanes(x, d, 0, columns, zero), zero, one, zero))
-        high = vmul(high, vwhere_gt(wload_lanes(x, d + 16, 0, columns - 16, zero), zero, one, zero))
-    wstore_lanes(dx, d, low, columns)
-    wstore_lanes(dx, d + 16, high, columns - 16)
+    wstore_lanes(dx, d, _lanes_masked_by_relu(low, x, d, columns), columns)
+    wstore_lanes(dx, d + 16, _lanes_masked_by_relu(high, x, d + 16, columns - 16), columns - 16)
 
 
 @njit(cache=True, nogil=True)
@@ -2448,9 +2453,7 @@ def _ave_pool_backward_by_parity(dy, planes, sizes, covers, shifts, phases, dx, 
             if count >= 16:  # (masked, CIFAR10-quick's pool3 alone took 57-62 us, hot, against 44-47)
                 wstore(dx, d, _masked_by_relu(wload, gathered, x, d, zero, one))
             else:
-                if x is not None:
-                    gathered = vmul(gathered, vwhere_gt(wload_lanes(x, d, 0, count, zero), zero, one, zero))
-                wstore_lanes(dx, d, gathered, count)
+                wstore_lanes(dx, d, _lanes_masked_by_relu(gathered, x, d, count), count)
 
 
 _AVE_POOL_BACKWARD_PLANE_VECTORS = {4: _ave_pool_backward_plane_vectors_4, 1: _ave_pool_backward_plane_vectors_1}

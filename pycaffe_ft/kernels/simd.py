@@ -9,8 +9,7 @@ Sixteen-float vectors (``wload``, ``wload_even``, ``whalves``, ``wstore``, ``wsp
 ``wpick``, ``wpick2``; masked loads and stores of some lanes: ``wload_lanes``, ``wstore_lanes``;
 two vectors' lanes interleaved: ``winterleave``; one zmm register; ``vfma``, ``vstore``,
 ``vwhere_gt``, ``vadd_if_eq``, ``vrelu`` and the lane-wise arithmetic take either width) for
-kernels that have a wide variant, used where
-:data:`WIDE` says the CPU has AVX-512.
+kernels that have a wide variant, used where :data:`WIDE` says the CPU has AVX-512.
 
 Numba's loop vectorizer leaves register-blocked loops (a block of outputs kept in registers
 over a long reduction) scalar; these intrinsics write such loops with vectors directly. On a
@@ -28,8 +27,7 @@ from numba.extending import intrinsic, models, register_model
 
 __all__ = ['vload', 'vload_even_swizzled', 'vload_evens_odds_swizzled', 'vunswizzle', 'vload_pairs', 'vstore', 'vsplat',
            'vfull', 'vramp', 'vzero', 'vfma', 'vadd', 'vsub', 'vmul', 'vdiv', 'vwhere_gt', 'vadd_where_eq', 'vadd_if_eq',
-           'vkeep',
-           'vrelu', 'vtranspose',
+           'vkeep', 'vrelu', 'vtranspose',
            'prefetch', 'prefetch_to_write', 'WIDTH',
            'wload', 'wload_even', 'wload_rows', 'wload_even_rows', 'wramp_rows', 'whalves', 'wstore', 'wsplat', 'wfull',
            'wramp', 'wzero', 'wpick', 'wpick2', 'wpermute2', 'wpermute4', 'wstore_past_caches', 'store_fence',
