@@ -75,12 +75,13 @@ Six ways through the planes:
   which never overlap, gather instead, each input stored once (:func:`_max_pool_gather`; with
   AVX-512 on planes of up to 1024 inputs by flat vectors, sixteen inputs of a plane in whatever
   rows they lie, dx written in order: :func:`_max_pool_gather_vectors`). Overlapping 3 x 3
-  windows at stride 2 gather too with AVX-512, on planes at least 17 wide: a block of 32 input
-  columns is its 16 even and 16 odd columns, whose candidate windows are the block's 16
-  outputs as they lie and shifted one lane, so each window row's terms are a compare and a
-  masked add per column kind, and each input row is stored once
-  (:func:`_max_pool_gather_3x3`). (A gather in eight lanes, a candidate window an input a
-  compare and an add, had run as many instructions as the scatter and was 10-30% slower.)
+  windows at stride 2 without padding gather too with AVX-512: a block of 32 input columns is
+  its 16 even and 16 odd columns, whose candidate windows are the block's 16 outputs as they
+  lie and shifted one lane, so each window row's terms are a compare and a masked add per
+  column kind, and each input row is stored once (:func:`_max_pool_gather_3x3`); planes at
+  most 16 wide go two a vector, a block of 16 columns each
+  (:func:`_max_pool_gather_3x3_pairs`). (A gather in eight lanes, a candidate window an input
+  a compare and an add, had run as many instructions as the scatter and was 10-30% slower.)
 
 **Bound calls**: ``max_pool_forward_calls`` and the other ``*_calls`` functions take the
 arguments of the function they are named after and return ``[(function, arguments), ...]``,
@@ -102,7 +103,7 @@ from numba import njit
 from .simd import WIDE, prefetch, prefetch_to_write, vadd, vadd_if_eq, vadd_where_eq, vdiv, vfull, vkeep, vload, \
     vload_even_swizzled, vload_evens_odds_swizzled, vload_pairs, vmul, vramp, vrelu, vsplat, vstore, vsub, vtranspose, \
     vunswizzle, vwhere_gt, wfull, whalves, wload, wload_even, wload_even_rows, wload_rows, wpermute2, wpermute4, \
-    wpick, wpick2, wramp, wramp_rows, wsplat, wstore, winterleave, wload_lanes, wstore_lanes, wzero
+    wpick, wpick2, wramp, wramp_rows, wsplat, wstore, winterleave, wload_halves, wload_lanes, wstore_lanes, wzero
 from . import numpy_references
 from .relu import relu_forward
 from .tiered import call, ready
@@ -1138,9 +1139,11 @@ def max_pool_backward(dy, mask, planes, height, width, kh, kw, ph, pw, sh, sw, o
     rule), plane by plane while it is in the caches. While the kernel compiles in the background
     (:mod:`.tiered`), by its NumPy reference. 2 x 2 windows at stride 2 without padding, on
     planes at least 8 wide, by gathering (:func:`_max_pool_gather`; by flat vectors where
-    :func:`_gather_vectors` has a table, AVX-512); the other geometries scatter. (One plane a
-    vector, as average pooling's backward goes for small planes, was slower than both: LeNet's
-    pool2 backward 0.04 -> 0.07 ms, 3 x 3 windows on 8 x 8 planes 0.05 -> 0.10.)"""
+    :func:`_gather_vectors` has a table, AVX-512), and 3 x 3 ones with AVX-512
+    (:func:`_max_pool_gather_3x3`, :func:`_max_pool_gather_3x3_pairs`); the other geometries
+    scatter. (One plane a vector, as average pooling's backward goes for small planes, was
+    slower than both: LeNet's pool2 backward 0.04 -> 0.07 ms, 3 x 3 windows on 8 x 8 planes
+    0.05 -> 0.10.)"""
     call(*_max_pool_backward_plan(dy, mask, planes, height, width, kh, kw, ph, pw, sh, sw, out_h, out_w, dx, x))
 
 
@@ -1161,8 +1164,9 @@ def _max_pool_backward_plan(dy, mask, planes, height, width, kh, kw, ph, pw, sh,
         return (_max_pool_gather_vectors, numpy_references.max_pool_backward, *args, *vectors)
     if apart and width >= 8:
         return (_max_pool_gather, numpy_references.max_pool_backward, *args, width, out_w)
-    if (kh, kw, sh, sw, ph, pw) == (3, 3, 2, 2, 0, 0) and width >= GATHER_3X3_FROM and GATHER_3X3:
-        return (_max_pool_gather_3x3, numpy_references.max_pool_backward, *args, height, width, out_h, out_w)
+    if (kh, kw, sh, sw, ph, pw) == (3, 3, 2, 2, 0, 0) and GATHER_3X3:
+        return (_max_pool_gather_3x3 if width >= GATHER_3X3_FROM else _max_pool_gather_3x3_pairs,
+                numpy_references.max_pool_backward, *args, height, width, out_h, out_w)
     return (_max_pool_backward, numpy_references.max_pool_backward, *args)
 
 
@@ -1332,15 +1336,77 @@ def _max_pool_gather_3x3(dy, mask, planes, in_plane, out_plane, dx, x, height, w
                 d += width
 
 
+@njit(cache=True, nogil=True)
+def _max_pool_gather_3x3_pairs(dy, mask, planes, in_plane, out_plane, dx, x, height, width, out_h, out_w):
+    """:func:`_max_pool_gather_3x3` of planes at most 16 wide, two planes a vector (lanes 0 .. 7
+    the first plane's, 8 .. 15 the second's: ``wload_halves``), each plane's row one block of
+    its 8 even and 8 odd columns, the two planes gathered in scratch and then copied to dx in
+    whole vectors (stored into dx row by row, masked, AlexNet's pool5 took 83-87 us hot against
+    the scatter's 132-155, but in-net 11.2-11.6 GB/s against 14.7-15.4); an odd last plane
+    scatters (:func:`_max_pool_backward`)."""
+    zero, none = wzero(), wfull(np.float32(-1.0))
+    row, two_rows = wfull(np.float32(width)), wfull(np.float32(2 * width))
+    columns = np.empty(16, np.float32)
+    for lane in range(16):
+        columns[lane] = 2 * (lane % 8)
+    second = in_plane + 16  # where the second plane starts in scratch (a row's store spans 16 floats)
+    pair = np.empty(second + in_plane + 16, np.float32)
+    for plane in range(0, planes - 1, 2):
+        at, d = plane * out_plane, 0
+        p = wload(columns, 0)
+        even = odd = zero  # the terms of input row 2 c from output row c - 1
+        for c in range(out_h):
+            values, taken = wload_halves(dy, at, out_plane, 0, out_w, zero), wload_halves(mask, at, out_plane, 0,
+                                                                                          out_w, none)
+            values_before = wload_halves(dy, at - 1, out_plane, 1, out_w + 1, zero)
+            taken_before = wload_halves(mask, at - 1, out_plane, 1, out_w + 1, none)
+            even, odd = _gather_window_row(values, taken, values_before, taken_before, p, even, odd)
+            _store_gathered_pair_row(pair, d, second, even, odd)
+            if 2 * c + 1 < height:
+                even, odd = _gather_window_row(values, taken, values_before, taken_before, vadd(p, row), zero, zero)
+                _store_gathered_pair_row(pair, d + width, second, even, odd)
+            even, odd = _gather_window_row(values, taken, values_before, taken_before, vadd(p, two_rows), zero, zero)
+            p = vadd(p, two_rows)
+            at += out_w
+            d += 2 * width
+        for r in range(2 * out_h, height):  # the last output row's third window row, then rows below
+            _store_gathered_pair_row(pair, d, second, even, odd)
+            even = odd = zero
+            d += width
+        for source, start in ((0, plane * in_plane), (second, (plane + 1) * in_plane)):
+            for q in range(0, in_plane, 16):
+                count = min(16, in_plane - q)
+                wstore_lanes(dx, start + q, _lanes_masked_by_relu(wload(pair, source + q), x, start + q, count), count)
+    if planes % 2:
+        last = planes - 1
+        if x is None:
+            _max_pool_backward(dy[last * out_plane:], mask[last * out_plane:], 1, in_plane, out_plane,
+                               dx[last * in_plane:], None)
+        else:
+            _max_pool_backward(dy[last * out_plane:], mask[last * out_plane:], 1, in_plane, out_plane,
+                               dx[last * in_plane:], x[last * in_plane:])
+
+
+@njit(cache=True, nogil=True, inline='always')
+def _store_gathered_pair_row(pair, d, second, even, odd):
+    """Two planes' rows (lanes 0 .. 7 and 8 .. 15 of even and odd, interleaved) at pair[d:] and
+    pair[second + d:], sixteen floats each (the next row's store overwrites what lies past this
+    one's width)."""
+    low, high = winterleave(even, odd)
+    wstore(pair, d, low)
+    wstore(pair, second + d, high)
+
+
 GATHER_3X3 = WIDE
 """Whether max pooling's backward of 3 x 3 windows at stride 2 without padding gathers
-(:func:`_max_pool_gather_3x3`; AVX-512) instead of scattering, on planes at least
-:data:`GATHER_3X3_FROM` wide."""
+(:func:`_max_pool_gather_3x3` from :data:`GATHER_3X3_FROM` columns, else
+:func:`_max_pool_gather_3x3_pairs`; AVX-512) instead of scattering."""
 
 GATHER_3X3_FROM = 17
-"""The narrowest planes :func:`_max_pool_gather_3x3` takes: a narrower one leaves most of its 32
-columns a block idle, and the scatter was faster (hot, 4096 planes 16 wide: 181 against 202 us;
-20 wide: 270 against 253)."""
+"""The narrowest planes :func:`_max_pool_gather_3x3` takes; narrower ones would leave most of
+its 32 columns a block idle and go two planes a vector (hot, 4096 planes 16 wide: the scatter
+168-177 us, 32 columns a block 202, two planes a vector 145-150; AlexNet's 13 x 13 pool5 as
+the scatter hot, 133-138 us, and in-net, alternated, 15.0-15.4 -> 16.7-17.9 GB/s)."""
 
 GATHER_VECTORS = WIDE
 """Whether max pooling's backward of 2 x 2 windows at stride 2 without padding gathers by flat

@@ -31,7 +31,7 @@ __all__ = ['vload', 'vload_even_swizzled', 'vload_evens_odds_swizzled', 'vunswiz
            'prefetch', 'prefetch_to_write', 'WIDTH',
            'wload', 'wload_even', 'wload_rows', 'wload_even_rows', 'wramp_rows', 'whalves', 'wstore', 'wsplat', 'wfull',
            'wramp', 'wzero', 'wpick', 'wpick2', 'wpermute2', 'wpermute4', 'wstore_past_caches', 'store_fence',
-           'wload_lanes', 'wstore_lanes', 'winterleave', 'WIDE',
+           'wload_lanes', 'wload_halves', 'wstore_lanes', 'winterleave', 'WIDE',
            'WIDE_AT_HALF_RATE']
 
 WIDTH = 8
@@ -340,11 +340,13 @@ def _lanes_within(builder, first, end):
 # LLVM's masked load and store by their typed-pointer names (LLVM 14, numba 0.58's), which later
 # LLVMs upgrade to their opaque-pointer ones.
 def _masked_load(builder, pointer, within, fill):
-    """LLVM's masked load of sixteen floats at ``pointer``: lanes ``within``, else ``fill``'s."""
-    pointer = builder.bitcast(pointer, _WIDE_VECTOR.as_pointer())
+    """LLVM's masked load of ``fill``'s lane count of floats (8 or 16) at ``pointer``: lanes
+    ``within``, else ``fill``'s."""
+    vector = fill.type
+    pointer = builder.bitcast(pointer, vector.as_pointer())
     function = cgutils.get_or_insert_function(
-        builder.module, ir.FunctionType(_WIDE_VECTOR, [pointer.type, ir.IntType(32), within.type, _WIDE_VECTOR]),
-        'llvm.masked.load.v16f32.p0v16f32')
+        builder.module, ir.FunctionType(vector, [pointer.type, ir.IntType(32), within.type, vector]),
+        'llvm.masked.load.v%df32.p0v%df32' % (vector.count, vector.count))
     return builder.call(function, [pointer, ir.Constant(ir.IntType(32), 4), within, fill])
 
 
@@ -365,6 +367,23 @@ def wload_lanes(typingctx, array, index, first, end, fill):
         pointer = _element_pointer(context, builder, sig.args[0], args[0], args[1])
         return _masked_load(builder, pointer, _lanes_within(builder, args[2], args[3]), args[4])
     return float32x16(array, types.int64, types.int64, types.int64, fill), codegen
+
+
+@intrinsic
+def wload_halves(typingctx, array, index, offset, first, end, fill):
+    """Lanes 0 .. 7 from array[index:] and 8 .. 15 from array[index + offset:] (two rows or
+    planes in one vector), lane l + 8 h being array[index + h offset + l] for first <= l < end,
+    else ``fill``'s lane: two eight-lane masked loads, which read nothing of the other lanes."""
+    def codegen(context, builder, sig, args):
+        pointer = _element_pointer(context, builder, sig.args[0], args[0], args[1])
+        eight = ir.VectorType(ir.IntType(32), WIDTH)
+        lanes = _lanes_within(builder, args[3], args[4])
+        within = builder.shuffle_vector(lanes, lanes, ir.Constant(eight, list(range(WIDTH))))
+        halves = [_masked_load(builder, base, within, builder.shuffle_vector(
+            args[5], args[5], ir.Constant(eight, list(range(first, first + WIDTH)))))
+            for base, first in ((pointer, 0), (builder.gep(pointer, [args[2]]), WIDTH))]
+        return builder.shuffle_vector(halves[0], halves[1], ir.Constant(_WIDE_INDEX, list(range(2 * WIDTH))))
+    return float32x16(array, types.int64, types.int64, types.int64, types.int64, fill), codegen
 
 
 @intrinsic

@@ -232,8 +232,8 @@ GATHERED_3X3 = [(32, 32, 3, 0, 2), (13, 13, 3, 0, 2), (27, 27, 3, 0, 2), (55, 55
                 (6, 66, 3, 0, 2), (17, 20, 3, 0, 2), (3, 3, 3, 0, 2)]
 """(H, W, kernel, pad, stride) of 3 x 3 windows at stride 2 whose max pooling backward can
 gather: one block a row, a last block part full (55), a block with no output of its own (33:
-only the last output's third column), three blocks (66), planes narrower than a block and
-:data:`~pycaffe_ft.kernels.pooling.GATHER_3X3_FROM` (13, 3: the kernel called directly)."""
+only the last output's third column), three blocks (66), planes narrower than
+:data:`~pycaffe_ft.kernels.pooling.GATHER_3X3_FROM`, two a vector (13, 3)."""
 
 
 @pytest.mark.skipif(not pooling.WIDE, reason='3 x 3 max pooling backward by gathering: AVX-512 only')
@@ -254,17 +254,21 @@ def test_max_pooling_backward_3x3_by_gathering_gives_caffes_bits(geometry, floor
     y, mask = np.empty(size, np.float32), np.empty(size, np.float32)
     references.max_pool_caffe(x, planes, *args, y, mask)
     dy = _values(np.random.default_rng(7), size)
+    pairs = [pooling._max_pool_gather_3x3_pairs] if width <= 16 else []  # (which take planes at most 16 wide)
     for below in (None, x):
-        gathered, theirs = _both(pooling._max_pool_gather_3x3, references.max_pool_backward, [planes * height * width],
-                                 lambda dx: (dy, mask, planes, height * width, out_h * out_w, dx, below, height, width,
-                                             out_h, out_w))
-        assert gathered == theirs
-        ours, _ = _both(lambda dx: pooling.max_pool_backward(dy, mask, planes, *args, dx, below), lambda dx: None,
-                        [planes * height * width], lambda dx: (dx,))
+        for kernel, count in [(pooling._max_pool_gather_3x3, planes)] + [(k, planes - 1) for k in pairs]:
+            gathered, theirs = _both(kernel, references.max_pool_backward, [count * height * width],
+                                     lambda dx: (dy, mask, count, height * width, out_h * out_w, dx, below, height,
+                                                 width, out_h, out_w))  # (21 planes and 20: pairs and a last one)
+            assert gathered == theirs
+        ours, theirs = _both(lambda *a: pooling.max_pool_backward(dy, mask, planes, *args, a[5], below),
+                             references.max_pool_backward, [planes * height * width],
+                             lambda dx: (dy, mask, planes, height * width, out_h * out_w, dx, below))
         assert ours == theirs
         calls = pooling.max_pool_backward_calls(dy, mask, planes, *args, np.empty(planes * height * width, np.float32),
                                                 below)
-        assert (calls[0][0] is pooling._max_pool_gather_3x3) == (width >= pooling.GATHER_3X3_FROM)
+        assert calls[0][0] is (pooling._max_pool_gather_3x3 if width >= pooling.GATHER_3X3_FROM
+                               else pooling._max_pool_gather_3x3_pairs)
 
 
 def test_gather_vectors_take_planes_whose_vectors_read_sixteen_outputs():
@@ -312,9 +316,6 @@ def test_average_pooling_backward_ways_give_caffes_bits(way, geometry, floor, mo
     window (+0)."""
     if way != 'plane-lanes' and not pooling.WIDE:
         pytest.skip('one plane a vector and by output rows: AVX-512 only')
-    if way == 'parity' and floor:
-        pytest.skip("by parity: CEIL's outputs (FLOOR's leave rows and columns under the last output's "
-                    "third window row alone)")
     monkeypatch.setattr(pooling, 'PLANE_VECTORS', way in ('plane-vectors', 'parity'))
     monkeypatch.setattr(pooling, 'BACKWARD_PARITY', way == 'parity')
     monkeypatch.setattr(pooling, 'BACKWARD_ROWS', way == 'output-rows')
@@ -324,7 +325,10 @@ def test_average_pooling_backward_ways_give_caffes_bits(way, geometry, floor, mo
         out_h, out_w = (height + 2 * ph - kh) // sh + 1, (width + 2 * pw - kw) // sw + 1
         args = args[:-2] + (out_h, out_w)
     taps = pooling.window_taps(*args)
-    assert taps[{'output-rows': 7, 'plane-vectors': 8, 'parity': 11}.get(way, 3)] is not None
+    # by parity: CEIL's outputs only (FLOOR's leave an even last row and column under the last
+    # output's third window row alone); those planes go one plane a vector
+    assert (taps[{'output-rows': 7, 'plane-vectors': 8, 'parity': 11}.get(way, 3)] is not None) == \
+        (way != 'parity' or not floor)
     dy = _values(np.random.default_rng(17), planes * out_h * out_w)
     for below in (None, x):
         ours, theirs = _both(lambda dx: pooling.ave_pool_backward(dy, planes, taps, dx, below),

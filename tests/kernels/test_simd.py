@@ -6,7 +6,7 @@ from numba import njit
 
 from pycaffe_ft.kernels.simd import WIDE, vadd_if_eq, vadd_where_eq, vkeep, vload, vload_even_swizzled, vload_evens_odds_swizzled, \
     vload_pairs, vstore, vtranspose, vunswizzle, wfull, whalves, wload, wload_even, wload_even_rows, wload_rows, \
-    wpermute2, wpermute4, wpick, wpick2, wramp_rows, wstore, winterleave, wload_lanes, wstore_lanes
+    wpermute2, wpermute4, wpick, wpick2, wramp_rows, wstore, winterleave, wload_halves, wload_lanes, wstore_lanes
 
 
 @njit(cache=False)
@@ -159,6 +159,25 @@ def test_masked_loads_and_stores_touch_only_their_lanes():
         expected = np.full(40, np.float32(99.0))
         expected[to + lanes[lanes < count]] = loaded[lanes < count]
         np.testing.assert_array_equal(out, expected)
+
+
+@njit(cache=False)
+def _halves(x, at, offset, first, end):
+    out = np.empty(16, np.float32)
+    wstore(out, 0, wload_halves(x, at, offset, first, end, wfull(np.float32(-7.0))))
+    return out
+
+
+@pytest.mark.skipif(not WIDE, reason='sixteen-lane vectors: AVX-512 only')
+def test_halves_load_two_places_lanes_within_each():
+    """Lane l + 8 h is x[at + h offset + l] for first <= l < end, else the fill, and nothing
+    else is read (a load from x[-1] whose lane 0 is not loaded; the last element alone)."""
+    x = np.arange(40, dtype=np.float32)
+    for at, offset, first, end in ((0, 8, 0, 8), (3, 20, 1, 6), (-1, 13, 1, 8), (31, 8, 0, 1), (10, 5, 3, 3)):
+        lanes = np.arange(16) % 8
+        expected = np.where((lanes >= first) & (lanes < end), at + (np.arange(16) // 8) * offset + lanes,
+                            np.float32(-7.0))
+        np.testing.assert_array_equal(_halves(x, at, offset, first, end), expected)
 
 
 @njit(cache=False)
