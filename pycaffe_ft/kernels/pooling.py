@@ -1165,8 +1165,9 @@ def _max_pool_backward_plan(dy, mask, planes, height, width, kh, kw, ph, pw, sh,
     if apart and width >= 8:
         return (_max_pool_gather, numpy_references.max_pool_backward, *args, width, out_w)
     if (kh, kw, sh, sw, ph, pw) == (3, 3, 2, 2, 0, 0) and GATHER_3X3:
-        return (_max_pool_gather_3x3 if width >= GATHER_3X3_FROM else _max_pool_gather_3x3_pairs,
-                numpy_references.max_pool_backward, *args, height, width, out_h, out_w)
+        kernel = (_max_pool_gather_3x3_pairs if width < GATHER_3X3_FROM else
+                  _max_pool_gather_3x3_scratch if width <= GATHER_3X3_SCRATCH_UP_TO else _max_pool_gather_3x3)
+        return (kernel, numpy_references.max_pool_backward, *args, height, width, out_h, out_w)
     return (_max_pool_backward, numpy_references.max_pool_backward, *args)
 
 
@@ -1286,16 +1287,27 @@ def _lanes_masked_by_relu(t, x, at, count):
 
 
 @njit(cache=True, nogil=True, inline='always')
-def _store_gathered_row(dx, x, d, columns, even, odd):
-    """dx[d:d + columns] (at most 32) = the even and odd columns interleaved, each times 1
-    where x > 0 else 0 where x is not None (the ReLU below's backward)."""
+def _store_gathered_row(gathered, d, columns, even, odd):
+    """gathered[d:d + columns] (at most 32) = the even and odd columns interleaved."""
     low, high = winterleave(even, odd)
-    wstore_lanes(dx, d, _lanes_masked_by_relu(low, x, d, columns), columns)
-    wstore_lanes(dx, d + 16, _lanes_masked_by_relu(high, x, d + 16, columns - 16), columns - 16)
+    wstore_lanes(gathered, d, low, columns)
+    wstore_lanes(gathered, d + 16, high, columns - 16)
 
 
-@njit(cache=True, nogil=True)
-def _max_pool_gather_3x3(dy, mask, planes, in_plane, out_plane, dx, x, height, width, out_h, out_w):
+@njit(cache=True, nogil=True, inline='always')
+def _copy_gathered_plane(gathered, source, in_plane, dx, start, x):
+    """dx[start:start + in_plane] = gathered[source:source + in_plane] in whole vectors (the
+    last one masked), each times 1 where x > 0 else 0 where x is not None (the ReLU below's
+    backward). (The gathers' rows stored into dx as they were made, masked at the row's end,
+    went slower in-net than this copy from scratch: AlexNet's pool5 11.2-11.6 against
+    16.7-17.9 GB/s.)"""
+    for q in range(0, in_plane, 16):
+        count = min(16, in_plane - q)
+        wstore_lanes(dx, start + q, _lanes_masked_by_relu(wload(gathered, source + q), x, start + q, count), count)
+
+
+@njit(cache=True, nogil=True, inline='always')
+def _gather_3x3_planes(dy, mask, planes, in_plane, out_plane, dx, x, height, width, out_h, out_w, through_scratch):
     """:func:`max_pool_backward` of 3 x 3 windows at stride 2 without padding (AVX-512), by
     gathering: blocks of 32 input columns going down each plane, a block's columns as its 16
     even and 16 odd ones, so that input column 2 l + k of a window row is tap kx = k of output
@@ -1304,36 +1316,59 @@ def _max_pool_gather_3x3(dy, mask, planes, in_plane, out_plane, dx, x, height, w
     (:func:`_gather_window_row`); input row 2 c adds output row c - 1's third window row's then
     output row c's first's, so each input adds its terms in Caffe's output order from +0, and
     is stored once (:func:`_store_gathered_row`), where the scatter zeroed dx and then
-    read-modified-wrote an input per output. Rows below the last window: +0."""
+    read-modified-wrote an input per output. Rows below the last window: +0. With
+    ``through_scratch`` (a constant) a plane is gathered in scratch and copied to dx in whole
+    vectors (:func:`_copy_gathered_plane`); else into dx, the ReLU below's mask after each
+    plane."""
     zero, none = wzero(), wfull(np.float32(-1.0))
     row, two_rows = wfull(np.float32(width)), wfull(np.float32(2 * width))
+    gathered = np.empty(in_plane + 16 if through_scratch else 1, np.float32)  # (+ the last copy's load)
+    target = gathered if through_scratch else dx
     for plane in range(planes):
         in_base, out_base = plane * in_plane, plane * out_plane
+        base = 0 if through_scratch else in_base
         for block in range((width + 31) // 32):
             first = 1 if block == 0 else 0  # the block's lane 0 has no output before it in the row
             count, columns = out_w - 16 * block, min(32, width - 32 * block)
             p = wramp(np.float32(32 * block), np.float32(2.0))
-            at, d = out_base + 16 * block, in_base + 32 * block
+            at, d = out_base + 16 * block, base + 32 * block
             even = odd = zero  # the terms of input row 2 c from output row c - 1
             for c in range(out_h):
                 values, taken = wload_lanes(dy, at, 0, count, zero), wload_lanes(mask, at, 0, count, none)
                 values_before = wload_lanes(dy, at - 1, first, count + 1, zero)
                 taken_before = wload_lanes(mask, at - 1, first, count + 1, none)
                 even, odd = _gather_window_row(values, taken, values_before, taken_before, p, even, odd)
-                _store_gathered_row(dx, x, d, columns, even, odd)
+                _store_gathered_row(target, d, columns, even, odd)
                 if 2 * c + 1 < height:
                     even, odd = _gather_window_row(values, taken, values_before, taken_before, vadd(p, row), zero,
                                                    zero)
-                    _store_gathered_row(dx, x, d + width, columns, even, odd)
+                    _store_gathered_row(target, d + width, columns, even, odd)
                 even, odd = _gather_window_row(values, taken, values_before, taken_before, vadd(p, two_rows), zero,
                                                zero)
                 p = vadd(p, two_rows)
                 at += out_w
                 d += 2 * width
             for r in range(2 * out_h, height):  # the last output row's third window row, then rows below
-                _store_gathered_row(dx, x, d, columns, even, odd)
+                _store_gathered_row(target, d, columns, even, odd)
                 even = odd = zero
                 d += width
+        if through_scratch:
+            _copy_gathered_plane(gathered, 0, in_plane, dx, in_base, x)
+        else:
+            _mask_plane_by_relu(dx, x, in_base, in_plane)
+
+
+@njit(cache=True, nogil=True)
+def _max_pool_gather_3x3(dy, mask, planes, in_plane, out_plane, dx, x, height, width, out_h, out_w):
+    """:func:`_gather_3x3_planes` into dx: planes wider than :data:`GATHER_3X3_SCRATCH_UP_TO`."""
+    _gather_3x3_planes(dy, mask, planes, in_plane, out_plane, dx, x, height, width, out_h, out_w, False)
+
+
+@njit(cache=True, nogil=True)
+def _max_pool_gather_3x3_scratch(dy, mask, planes, in_plane, out_plane, dx, x, height, width, out_h, out_w):
+    """:func:`_gather_3x3_planes` through scratch: planes 17 to :data:`GATHER_3X3_SCRATCH_UP_TO`
+    wide."""
+    _gather_3x3_planes(dy, mask, planes, in_plane, out_plane, dx, x, height, width, out_h, out_w, True)
 
 
 @njit(cache=True, nogil=True)
@@ -1373,10 +1408,8 @@ def _max_pool_gather_3x3_pairs(dy, mask, planes, in_plane, out_plane, dx, x, hei
             _store_gathered_pair_row(pair, d, second, even, odd)
             even = odd = zero
             d += width
-        for source, start in ((0, plane * in_plane), (second, (plane + 1) * in_plane)):
-            for q in range(0, in_plane, 16):
-                count = min(16, in_plane - q)
-                wstore_lanes(dx, start + q, _lanes_masked_by_relu(wload(pair, source + q), x, start + q, count), count)
+        _copy_gathered_plane(pair, 0, in_plane, dx, plane * in_plane, x)
+        _copy_gathered_plane(pair, second, in_plane, dx, (plane + 1) * in_plane, x)
     if planes % 2:
         last = planes - 1
         if x is None:
@@ -1401,6 +1434,11 @@ GATHER_3X3 = WIDE
 """Whether max pooling's backward of 3 x 3 windows at stride 2 without padding gathers
 (:func:`_max_pool_gather_3x3` from :data:`GATHER_3X3_FROM` columns, else
 :func:`_max_pool_gather_3x3_pairs`; AVX-512) instead of scattering."""
+
+GATHER_3X3_SCRATCH_UP_TO = 32
+"""The widest planes :func:`_max_pool_gather_3x3_scratch` takes: in-net, alternated,
+CIFAR10-quick's 32-wide pool1 25.1-27.5 -> 28.4-29.9 GB/s through scratch, AlexNet's 55-wide
+pool1 19.2-19.9 -> 16.6-18.9 GB/s."""
 
 GATHER_3X3_FROM = 17
 """The narrowest planes :func:`_max_pool_gather_3x3` takes; narrower ones would leave most of

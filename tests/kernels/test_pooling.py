@@ -233,7 +233,8 @@ GATHERED_3X3 = [(32, 32, 3, 0, 2), (13, 13, 3, 0, 2), (27, 27, 3, 0, 2), (55, 55
 """(H, W, kernel, pad, stride) of 3 x 3 windows at stride 2 whose max pooling backward can
 gather: one block a row, a last block part full (55), a block with no output of its own (33:
 only the last output's third column), three blocks (66), planes narrower than
-:data:`~pycaffe_ft.kernels.pooling.GATHER_3X3_FROM`, two a vector (13, 3)."""
+:data:`~pycaffe_ft.kernels.pooling.GATHER_3X3_FROM`, two a vector (13, 3); every width through
+scratch and into dx as rows are made."""
 
 
 @pytest.mark.skipif(not pooling.WIDE, reason='3 x 3 max pooling backward by gathering: AVX-512 only')
@@ -254,12 +255,14 @@ def test_max_pooling_backward_3x3_by_gathering_gives_caffes_bits(geometry, floor
     y, mask = np.empty(size, np.float32), np.empty(size, np.float32)
     references.max_pool_caffe(x, planes, *args, y, mask)
     dy = _values(np.random.default_rng(7), size)
-    pairs = [pooling._max_pool_gather_3x3_pairs] if width <= 16 else []  # (which take planes at most 16 wide)
+    kernels = [(pooling._max_pool_gather_3x3, planes), (pooling._max_pool_gather_3x3_scratch, planes)]
+    if width <= 16:  # two planes a vector: an odd count (the last plane scattered) and an even one
+        kernels += [(pooling._max_pool_gather_3x3_pairs, planes), (pooling._max_pool_gather_3x3_pairs, planes - 1)]
     for below in (None, x):
-        for kernel, count in [(pooling._max_pool_gather_3x3, planes)] + [(k, planes - 1) for k in pairs]:
+        for kernel, count in kernels:
             gathered, theirs = _both(kernel, references.max_pool_backward, [count * height * width],
                                      lambda dx: (dy, mask, count, height * width, out_h * out_w, dx, below, height,
-                                                 width, out_h, out_w))  # (21 planes and 20: pairs and a last one)
+                                                 width, out_h, out_w))
             assert gathered == theirs
         ours, theirs = _both(lambda *a: pooling.max_pool_backward(dy, mask, planes, *args, a[5], below),
                              references.max_pool_backward, [planes * height * width],
@@ -267,8 +270,9 @@ def test_max_pooling_backward_3x3_by_gathering_gives_caffes_bits(geometry, floor
         assert ours == theirs
         calls = pooling.max_pool_backward_calls(dy, mask, planes, *args, np.empty(planes * height * width, np.float32),
                                                 below)
-        assert calls[0][0] is (pooling._max_pool_gather_3x3 if width >= pooling.GATHER_3X3_FROM
-                               else pooling._max_pool_gather_3x3_pairs)
+        assert calls[0][0] is (pooling._max_pool_gather_3x3_pairs if width < pooling.GATHER_3X3_FROM else
+                               pooling._max_pool_gather_3x3_scratch if width <= pooling.GATHER_3X3_SCRATCH_UP_TO else
+                               pooling._max_pool_gather_3x3)
 
 
 def test_gather_vectors_take_planes_whose_vectors_read_sixteen_outputs():
