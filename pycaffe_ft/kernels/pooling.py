@@ -1307,6 +1307,49 @@ def _copy_gathered_plane(gathered, source, in_plane, dx, start, x):
 
 
 @njit(cache=True, nogil=True, inline='always')
+def _gather_down_the_plane(load, store, dy, mask, at, offset, first, count, p, target, d, span, height, width,
+                           out_h, out_w):
+    """One block of :func:`_gather_3x3_planes` (or one pair of planes of
+    :func:`_max_pool_gather_3x3_pairs`) down the plane's output rows from dy[at] and mask[at]:
+    ``load(array, at, offset, first, end, fill)`` loads an output row's lanes (``count`` of
+    them; shifted one lane, from ``first``), ``store(target, d, span, even, odd)`` stores an
+    input row's sums (p: lane l's in-plane offset of tap kx = 0 in the first input row)."""
+    zero, none = wzero(), wfull(np.float32(-1.0))
+    row, two_rows = wfull(np.float32(width)), wfull(np.float32(2 * width))
+    even = odd = zero  # the terms of input row 2 c from output row c - 1
+    for c in range(out_h):
+        values, taken = load(dy, at, offset, 0, count, zero), load(mask, at, offset, 0, count, none)
+        values_before = load(dy, at - 1, offset, first, count + 1, zero)
+        taken_before = load(mask, at - 1, offset, first, count + 1, none)
+        even, odd = _gather_window_row(values, taken, values_before, taken_before, p, even, odd)
+        store(target, d, span, even, odd)
+        if 2 * c + 1 < height:
+            even, odd = _gather_window_row(values, taken, values_before, taken_before, vadd(p, row), zero, zero)
+            store(target, d + width, span, even, odd)
+        even, odd = _gather_window_row(values, taken, values_before, taken_before, vadd(p, two_rows), zero, zero)
+        p = vadd(p, two_rows)
+        at += out_w
+        d += 2 * width
+    for r in range(2 * out_h, height):  # the last output row's third window row, then rows below
+        store(target, d, span, even, odd)
+        even = odd = zero
+        d += width
+
+
+@njit(cache=True, nogil=True, inline='always')
+def _block_outputs(array, at, offset, first, end, fill):
+    """``wload_lanes(array, at, first, end, fill)`` in :func:`~.simd.wload_halves`' arguments
+    (``offset`` unused): a block's outputs of a row."""
+    return wload_lanes(array, at, first, end, fill)
+
+
+@njit(cache=True, nogil=True, inline='always')
+def _pair_outputs(array, at, offset, first, end, fill):
+    """:func:`~.simd.wload_halves`: two planes' outputs of a row (the second ``offset`` on)."""
+    return wload_halves(array, at, offset, first, end, fill)
+
+
+@njit(cache=True, nogil=True, inline='always')
 def _gather_3x3_planes(dy, mask, planes, in_plane, out_plane, dx, x, height, width, out_h, out_w, through_scratch):
     """:func:`max_pool_backward` of 3 x 3 windows at stride 2 without padding (AVX-512), by
     gathering: blocks of 32 input columns going down each plane, a block's columns as its 16
@@ -1320,8 +1363,6 @@ def _gather_3x3_planes(dy, mask, planes, in_plane, out_plane, dx, x, height, wid
     ``through_scratch`` (a constant) a plane is gathered in scratch and copied to dx in whole
     vectors (:func:`_copy_gathered_plane`); else into dx, the ReLU below's mask after each
     plane."""
-    zero, none = wzero(), wfull(np.float32(-1.0))
-    row, two_rows = wfull(np.float32(width)), wfull(np.float32(2 * width))
     gathered = np.empty(in_plane + 16 if through_scratch else 1, np.float32)  # (+ the last copy's load)
     target = gathered if through_scratch else dx
     for plane in range(planes):
@@ -1329,29 +1370,9 @@ def _gather_3x3_planes(dy, mask, planes, in_plane, out_plane, dx, x, height, wid
         base = 0 if through_scratch else in_base
         for block in range((width + 31) // 32):
             first = 1 if block == 0 else 0  # the block's lane 0 has no output before it in the row
-            count, columns = out_w - 16 * block, min(32, width - 32 * block)
-            p = wramp(np.float32(32 * block), np.float32(2.0))
-            at, d = out_base + 16 * block, base + 32 * block
-            even = odd = zero  # the terms of input row 2 c from output row c - 1
-            for c in range(out_h):
-                values, taken = wload_lanes(dy, at, 0, count, zero), wload_lanes(mask, at, 0, count, none)
-                values_before = wload_lanes(dy, at - 1, first, count + 1, zero)
-                taken_before = wload_lanes(mask, at - 1, first, count + 1, none)
-                even, odd = _gather_window_row(values, taken, values_before, taken_before, p, even, odd)
-                _store_gathered_row(target, d, columns, even, odd)
-                if 2 * c + 1 < height:
-                    even, odd = _gather_window_row(values, taken, values_before, taken_before, vadd(p, row), zero,
-                                                   zero)
-                    _store_gathered_row(target, d + width, columns, even, odd)
-                even, odd = _gather_window_row(values, taken, values_before, taken_before, vadd(p, two_rows), zero,
-                                               zero)
-                p = vadd(p, two_rows)
-                at += out_w
-                d += 2 * width
-            for r in range(2 * out_h, height):  # the last output row's third window row, then rows below
-                _store_gathered_row(target, d, columns, even, odd)
-                even = odd = zero
-                d += width
+            _gather_down_the_plane(_block_outputs, _store_gathered_row, dy, mask, out_base + 16 * block, 0, first,
+                                   out_w - 16 * block, wramp(np.float32(32 * block), np.float32(2.0)), target,
+                                   base + 32 * block, min(32, width - 32 * block), height, width, out_h, out_w)
         if through_scratch:
             _copy_gathered_plane(gathered, 0, in_plane, dx, in_base, x)
         else:
@@ -1379,35 +1400,14 @@ def _max_pool_gather_3x3_pairs(dy, mask, planes, in_plane, out_plane, dx, x, hei
     whole vectors (stored into dx row by row, masked, AlexNet's pool5 took 83-87 us hot against
     the scatter's 132-155, but in-net 11.2-11.6 GB/s against 14.7-15.4); an odd last plane
     scatters (:func:`_max_pool_backward`)."""
-    zero, none = wzero(), wfull(np.float32(-1.0))
-    row, two_rows = wfull(np.float32(width)), wfull(np.float32(2 * width))
     columns = np.empty(16, np.float32)
     for lane in range(16):
         columns[lane] = 2 * (lane % 8)
     second = in_plane + 16  # where the second plane starts in scratch (a row's store spans 16 floats)
     pair = np.empty(second + in_plane + 16, np.float32)
     for plane in range(0, planes - 1, 2):
-        at, d = plane * out_plane, 0
-        p = wload(columns, 0)
-        even = odd = zero  # the terms of input row 2 c from output row c - 1
-        for c in range(out_h):
-            values, taken = wload_halves(dy, at, out_plane, 0, out_w, zero), wload_halves(mask, at, out_plane, 0,
-                                                                                          out_w, none)
-            values_before = wload_halves(dy, at - 1, out_plane, 1, out_w + 1, zero)
-            taken_before = wload_halves(mask, at - 1, out_plane, 1, out_w + 1, none)
-            even, odd = _gather_window_row(values, taken, values_before, taken_before, p, even, odd)
-            _store_gathered_pair_row(pair, d, second, even, odd)
-            if 2 * c + 1 < height:
-                even, odd = _gather_window_row(values, taken, values_before, taken_before, vadd(p, row), zero, zero)
-                _store_gathered_pair_row(pair, d + width, second, even, odd)
-            even, odd = _gather_window_row(values, taken, values_before, taken_before, vadd(p, two_rows), zero, zero)
-            p = vadd(p, two_rows)
-            at += out_w
-            d += 2 * width
-        for r in range(2 * out_h, height):  # the last output row's third window row, then rows below
-            _store_gathered_pair_row(pair, d, second, even, odd)
-            even = odd = zero
-            d += width
+        _gather_down_the_plane(_pair_outputs, _store_gathered_pair_row, dy, mask, plane * out_plane, out_plane, 1,
+                               out_w, wload(columns, 0), pair, 0, second, height, width, out_h, out_w)
         _copy_gathered_plane(pair, 0, in_plane, dx, plane * in_plane, x)
         _copy_gathered_plane(pair, second, in_plane, dx, (plane + 1) * in_plane, x)
     if planes % 2:
