@@ -1432,8 +1432,9 @@ def _store_gathered_pair_row(pair, d, second, even, odd):
 
 GATHER_3X3 = WIDE
 """Whether max pooling's backward of 3 x 3 windows at stride 2 without padding gathers
-(:func:`_max_pool_gather_3x3` from :data:`GATHER_3X3_FROM` columns, else
-:func:`_max_pool_gather_3x3_pairs`; AVX-512) instead of scattering."""
+(AVX-512) instead of scattering: :func:`_max_pool_gather_3x3_pairs` below
+:data:`GATHER_3X3_FROM` columns, :func:`_max_pool_gather_3x3_scratch` up to
+:data:`GATHER_3X3_SCRATCH_UP_TO`, :func:`_max_pool_gather_3x3` beyond."""
 
 GATHER_3X3_SCRATCH_UP_TO = 32
 """The widest planes :func:`_max_pool_gather_3x3_scratch` takes: in-net, alternated,
