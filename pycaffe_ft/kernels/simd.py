@@ -26,8 +26,8 @@ from numba.core import cgutils
 from numba.extending import intrinsic, models, register_model
 
 __all__ = ['vload', 'vload_even_swizzled', 'vload_evens_odds_swizzled', 'vunswizzle', 'vload_pairs', 'vstore', 'vsplat',
-           'vfull', 'vramp', 'vzero', 'vfma', 'vadd', 'vsub', 'vmul', 'vdiv', 'vwhere_gt', 'vadd_where_eq', 'vadd_if_eq',
-           'vkeep', 'vrelu', 'vtranspose',
+           'vfull', 'vramp', 'vzero', 'vfma', 'vadd', 'vsub', 'vmul', 'vdiv', 'vwhere_gt', 'vadd_where_eq',
+           'vadd_if_eq', 'vkeep', 'vrelu', 'vtranspose',
            'prefetch', 'prefetch_to_write', 'WIDTH',
            'wload', 'wload_even', 'wload_rows', 'wload_even_rows', 'wramp_rows', 'whalves', 'wstore', 'wsplat', 'wfull',
            'wramp', 'wzero', 'wpick', 'wpick2', 'wpermute2', 'wpermute4', 'wstore_past_caches', 'store_fence',

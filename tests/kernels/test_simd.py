@@ -4,9 +4,10 @@ import numpy as np
 import pytest
 from numba import njit
 
-from pycaffe_ft.kernels.simd import WIDE, vadd_if_eq, vadd_where_eq, vkeep, vload, vload_even_swizzled, vload_evens_odds_swizzled, \
-    vload_pairs, vstore, vtranspose, vunswizzle, wfull, whalves, wload, wload_even, wload_even_rows, wload_rows, \
-    wpermute2, wpermute4, wpick, wpick2, wramp_rows, wstore, winterleave, wload_halves, wload_lanes, wstore_lanes
+from pycaffe_ft.kernels.simd import WIDE, vadd_if_eq, vadd_where_eq, vkeep, vload, vload_even_swizzled, \
+    vload_evens_odds_swizzled, vload_pairs, vstore, vtranspose, vunswizzle, wfull, whalves, winterleave, wload, \
+    wload_even, wload_even_rows, wload_halves, wload_lanes, wload_rows, wpermute2, wpermute4, wpick, wpick2, \
+    wramp_rows, wstore, wstore_lanes
 
 
 @njit(cache=False)
