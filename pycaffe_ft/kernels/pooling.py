@@ -78,9 +78,9 @@ Six ways through the planes:
   windows at stride 2 without padding gather too with AVX-512: a block of 32 input columns is
   its 16 even and 16 odd columns, whose candidate windows are the block's 16 outputs as they
   lie and shifted one lane, so each window row's terms are a compare and a masked add per
-  column kind, and each input row is stored once (:func:`_max_pool_gather_3x3`); planes at
-  most 16 wide go two a vector, a block of 16 columns each
-  (:func:`_max_pool_gather_3x3_pairs`). (A gather in eight lanes, a candidate window an input
+  column kind, and each input row is stored once (:func:`_max_pool_gather_3x3`; planes up to
+  32 wide by way of scratch, copied to dx in whole vectors); planes at most 16 wide go two a
+  vector, a block of 16 columns each (:func:`_max_pool_gather_3x3_pairs`). (A gather in eight lanes, a candidate window an input
   a compare and an add, had run as many instructions as the scatter and was 10-30% slower.)
 
 **Bound calls**: ``max_pool_forward_calls`` and the other ``*_calls`` functions take the
@@ -1442,10 +1442,11 @@ CIFAR10-quick's 32-wide pool1 25.1-27.5 -> 28.4-29.9 GB/s through scratch, AlexN
 pool1 19.2-19.9 -> 16.6-18.9 GB/s."""
 
 GATHER_3X3_FROM = 17
-"""The narrowest planes :func:`_max_pool_gather_3x3` takes; narrower ones would leave most of
-its 32 columns a block idle and go two planes a vector (hot, 4096 planes 16 wide: the scatter
-168-177 us, 32 columns a block 202, two planes a vector 145-150; AlexNet's 13 x 13 pool5 as
-the scatter hot, 133-138 us, and in-net, alternated, 15.0-15.4 -> 16.7-17.9 GB/s)."""
+"""The narrowest planes gathered 32 columns a block (:func:`_max_pool_gather_3x3_scratch`,
+:func:`_max_pool_gather_3x3`); narrower ones would leave most of them idle and go two planes a
+vector (hot, 4096 planes 16 wide: the scatter 168-177 us, 32 columns a block 202, two planes a
+vector 145-150; AlexNet's 13 x 13 pool5 as the scatter hot, 133-138 us, and in-net,
+alternated, 15.0-15.4 -> 16.7-17.9 GB/s)."""
 
 GATHER_VECTORS = WIDE
 """Whether max pooling's backward of 2 x 2 windows at stride 2 without padding gathers by flat

@@ -242,8 +242,8 @@ scratch and into dx as rows are made."""
 @pytest.mark.parametrize('geometry', GATHERED_3X3)
 def test_max_pooling_backward_3x3_by_gathering_gives_caffes_bits(geometry, floor):
     """Against Caffe's scatter in NumPy (NaN, infinities and signed zeros in dy and x, ties, a
-    plane whose masks are all -1), with and without the ReLU below, called directly and
-    through max_pool_backward (which gathers from GATHER_3X3_FROM columns); ``floor``: round_mode
+    plane whose masks are all -1), with and without the ReLU below, each gather called directly
+    and max_pool_backward (which picks one by the width); ``floor``: round_mode
     FLOOR's outputs, which leave an even last row and column under no window (+0), where CEIL's
     last windows are clipped."""
     planes, x, args = _pool_case(geometry, 13 + floor)
