@@ -31,7 +31,7 @@ import numpy as np
 from numba import njit
 
 from .simd import WIDE, WIDE_AT_HALF_RATE, prefetch, vadd, vfma, vfull, vload, vramp, vrelu, vsplat, vstore, \
-    vwhere_gt, vzero, wfull, wload, wramp, wsplat, wzero
+    vwhere_gt, vzero, wfull, wload, wload_rows, wramp, wsplat, wzero
 from .tiered import await_ahead, ready
 
 __all__ = ['direct_forward', 'forward_reference', 'direct_weight_gradient', 'weight_gradient_reference',
@@ -56,16 +56,18 @@ def _store(full, y, d, acc, bias, use_bias, o, relu):
 
 @njit(cache=True, nogil=True, inline='always')
 def _four_by_two(zero, load, splat, full, x, src0, plane_p, width_p, channels, kh, kw, w, wk0, taps, bias,
-                 use_bias, y, d, out_plane, out_w, o, relu):
-    """Outputs (o .. o+3) x (two rows) x (one vector of columns); src0/wk0/d: their first
-    input, weight and output."""
+                 use_bias, y, d, out_plane, below, out_below, o, relu):
+    """Outputs (o .. o+3) x (two vectors of rows) x (one vector of columns); src0/wk0/d: their
+    first input, weight and output; the second vector's input and output ``below`` and
+    ``out_below`` after the first's (a row: width_p and out_w; a pair of rows, see
+    :func:`_load_pair`: twice those)."""
     a0 = a1 = a2 = a3 = b0 = b1 = b2 = b3 = zero()
     for c in range(channels):
         for ky in range(kh):
             src = src0 + c * plane_p + ky * width_p
             wk = wk0 + (c * kh + ky) * kw
             for kx in range(kw):
-                v, u = load(x, src + kx), load(x, src + width_p + kx)
+                v, u = load(x, src + kx, width_p), load(x, src + below + kx, width_p)
                 s = splat(w, wk + kx)
                 a0, b0 = vfma(s, v, a0), vfma(s, u, b0)
                 s = splat(w, wk + taps + kx)
@@ -76,12 +78,12 @@ def _four_by_two(zero, load, splat, full, x, src0, plane_p, width_p, channels, k
                 a3, b3 = vfma(s, v, a3), vfma(s, u, b3)
     for i, (first, second) in enumerate(((a0, b0), (a1, b1), (a2, b2), (a3, b3))):
         _store(full, y, d + i * out_plane, first, bias, use_bias, o + i, relu)
-        _store(full, y, d + i * out_plane + out_w, second, bias, use_bias, o + i, relu)
+        _store(full, y, d + i * out_plane + out_below, second, bias, use_bias, o + i, relu)
 
 
 @njit(cache=True, nogil=True, inline='always')
 def _six_by_two(zero, load, splat, full, x, src0, plane_p, width_p, channels, kh, kw, w, wk0, taps, bias,
-                use_bias, y, d, out_plane, out_w, o, relu):
+                use_bias, y, d, out_plane, below, out_below, o, relu):
     """:func:`_four_by_two` with six output channels (12 chains: as many as AVX2's 16 registers
     hold beside the two inputs and a weight). Written out apart because the accumulators are
     registers: Numba cannot vary their number; six in overlapping blocks for every layer was
@@ -92,7 +94,7 @@ def _six_by_two(zero, load, splat, full, x, src0, plane_p, width_p, channels, kh
             src = src0 + c * plane_p + ky * width_p
             wk = wk0 + (c * kh + ky) * kw
             for kx in range(kw):
-                v, u = load(x, src + kx), load(x, src + width_p + kx)
+                v, u = load(x, src + kx, width_p), load(x, src + below + kx, width_p)
                 s = splat(w, wk + kx)
                 a0, b0 = vfma(s, v, a0), vfma(s, u, b0)
                 s = splat(w, wk + taps + kx)
@@ -107,7 +109,7 @@ def _six_by_two(zero, load, splat, full, x, src0, plane_p, width_p, channels, kh
                 a5, b5 = vfma(s, v, a5), vfma(s, u, b5)
     for i, (first, second) in enumerate(((a0, b0), (a1, b1), (a2, b2), (a3, b3), (a4, b4), (a5, b5))):
         _store(full, y, d + i * out_plane, first, bias, use_bias, o + i, relu)
-        _store(full, y, d + i * out_plane + out_w, second, bias, use_bias, o + i, relu)
+        _store(full, y, d + i * out_plane + out_below, second, bias, use_bias, o + i, relu)
 
 
 @njit(cache=True, nogil=True, inline='always')
@@ -121,7 +123,7 @@ def _one_by_one(zero, load, splat, full, x, src0, plane_p, width_p, channels, kh
             src = src0 + c * plane_p + ky * width_p
             wk = wk0 + (c * kh + ky) * kw
             for kx in range(kw):
-                acc = vfma(splat(w, wk + kx), load(x, src + kx), acc)
+                acc = vfma(splat(w, wk + kx), load(x, src + kx, width_p), acc)
     _store(full, y, d, acc, bias, use_bias, o, relu)
 
 
@@ -140,8 +142,13 @@ def direct_forward(x, num, channels, height_p, width_p, w, outputs, kh, kw, bias
     ms). LeNet's conv1 (24 columns) took the narrow kernel while compiling the wide one beside
     the narrow one its conv2 needs cost 1.5 s of its cold start; since the worker compiles them
     (:mod:`.tiered`) it takes the wide one (Zen 5, one thread, in-net, alternated: 0.47-0.48 ->
-    0.36-0.39 ms), but where sixteen lanes run at eight lanes' rate (:func:`_wide_rows`)."""
-    kernels = _WIDE_FORWARD if _wide_rows(wide, width_p - kw + 1) else _FORWARD
+    0.36-0.39 ms), but where sixteen lanes run at eight lanes' rate (:func:`_wide_rows`). Rows
+    eight wide go two a sixteen-lane vector there (:func:`_row_pairs`)."""
+    out_w = width_p - kw + 1
+    if _row_pairs(wide, out_w, height_p - kh + 1, outputs):
+        kernels = _PAIRS_FORWARD
+    else:
+        kernels = _WIDE_FORWARD if _wide_rows(wide, out_w) else _FORWARD
     if kw in kernels:
         kernel, args = kernels[kw], (x, num, channels, height_p, width_p, w, outputs, kh, bias, use_bias, y, relu)
     else:
@@ -164,6 +171,16 @@ def _wide_rows(wide, out_w):
     return not (WIDE_AT_HALF_RATE and -(-out_w // 8) * 8 < -(-out_w // 16) * 16)
 
 
+def _row_pairs(wide, out_w, out_h, outputs):
+    """Whether :func:`direct_forward` runs its rows two a sixteen-lane vector (:func:`_load_pair`):
+    with ``wide`` at full rate (not :data:`~.simd.WIDE_AT_HALF_RATE`), rows exactly eight wide
+    (two of them lie side by side in the output), blocks of four rows and four or more output
+    channels (the same bits: every lane is the same chain). LeNet's conv2 (8 x 8 outputs, 50
+    channels from 20, 64 images), one Emerald Rapids thread, alternated, with the max pooling
+    after it: 2.67-2.76 ms in eight-lane rows, 1.62-1.67 ms in pairs."""
+    return wide and not WIDE_AT_HALF_RATE and out_w == 8 and out_h >= 4 and outputs >= 4
+
+
 @njit(cache=True, nogil=True)
 def forward_reference(x, num, channels, height_p, width_p, w, outputs, kh, kw, bias, use_bias, y, relu):
     """:func:`direct_forward` one output row's vector of eight columns at a time, each lane the
@@ -177,65 +194,106 @@ def forward_reference(x, num, channels, height_p, width_p, w, outputs, kh, kw, b
                 x0 = 0
                 while x0 < out_w:
                     start = min(x0, out_w - 8)
-                    _one_by_one(vzero, vload, vsplat, vfull, x, n * channels * plane_p + r * width_p + start, plane_p,
+                    _one_by_one(vzero, _load8, vsplat, vfull, x, n * channels * plane_p + r * width_p + start, plane_p,
                                 width_p, channels, kh, kw, w, o * channels * kh * kw, bias, use_bias, y,
                                 (n * outputs + o) * out_plane + r * out_w + start, o, relu)
                     x0 = start + 8
 
 
+@njit(cache=True, nogil=True, inline='always')
+def _load8(x, i, width_p):
+    """Eight columns of one row (the row stride unused)."""
+    return vload(x, i)
+
+
+@njit(cache=True, nogil=True, inline='always')
+def _load16(x, i, width_p):
+    """Sixteen columns of one row (the row stride unused)."""
+    return wload(x, i)
+
+
+@njit(cache=True, nogil=True, inline='always')
+def _load_pair(x, i, width_p):
+    """Eight columns of two rows, one under the other: the rows of an output vector that holds
+    two rows eight wide (:data:`PAIRS`)."""
+    return wload_rows(x, i, width_p)
+
+
 @njit(cache=True, nogil=True)
 def _forward_width_5(x, num, channels, height_p, width_p, w, outputs, kh, bias, use_bias, y, relu):
-    _forward(_six_by_two, _four_by_two, _one_by_one, vzero, vload, vsplat, vfull, 8,
+    _forward(_six_by_two, _four_by_two, _one_by_one, vzero, _load8, vsplat, vfull, 8, 1,
              x, num, channels, height_p, width_p, w, outputs, kh, 5, bias, use_bias, y, relu)
 
 
 @njit(cache=True, nogil=True)
 def _forward_width_3(x, num, channels, height_p, width_p, w, outputs, kh, bias, use_bias, y, relu):
-    _forward(_six_by_two, _four_by_two, _one_by_one, vzero, vload, vsplat, vfull, 8,
+    _forward(_six_by_two, _four_by_two, _one_by_one, vzero, _load8, vsplat, vfull, 8, 1,
              x, num, channels, height_p, width_p, w, outputs, kh, 3, bias, use_bias, y, relu)
 
 
 @njit(cache=True, nogil=True)
 def _forward_any_width(x, num, channels, height_p, width_p, w, outputs, kh, kw, bias, use_bias, y, relu):
-    _forward(_six_by_two, _four_by_two, _one_by_one, vzero, vload, vsplat, vfull, 8,
+    _forward(_six_by_two, _four_by_two, _one_by_one, vzero, _load8, vsplat, vfull, 8, 1,
              x, num, channels, height_p, width_p, w, outputs, kh, kw, bias, use_bias, y, relu)
 
 
 @njit(cache=True, nogil=True)
 def _forward_width_5_wide(x, num, channels, height_p, width_p, w, outputs, kh, bias, use_bias, y, relu):
-    _forward(_six_by_two, _four_by_two, _one_by_one, wzero, wload, wsplat, wfull, 16,
+    _forward(_six_by_two, _four_by_two, _one_by_one, wzero, _load16, wsplat, wfull, 16, 1,
              x, num, channels, height_p, width_p, w, outputs, kh, 5, bias, use_bias, y, relu)
 
 
 @njit(cache=True, nogil=True)
 def _forward_width_3_wide(x, num, channels, height_p, width_p, w, outputs, kh, bias, use_bias, y, relu):
-    _forward(_six_by_two, _four_by_two, _one_by_one, wzero, wload, wsplat, wfull, 16,
+    _forward(_six_by_two, _four_by_two, _one_by_one, wzero, _load16, wsplat, wfull, 16, 1,
              x, num, channels, height_p, width_p, w, outputs, kh, 3, bias, use_bias, y, relu)
 
 
 @njit(cache=True, nogil=True)
 def _forward_any_width_wide(x, num, channels, height_p, width_p, w, outputs, kh, kw, bias, use_bias, y, relu):
-    _forward(_six_by_two, _four_by_two, _one_by_one, wzero, wload, wsplat, wfull, 16,
+    _forward(_six_by_two, _four_by_two, _one_by_one, wzero, _load16, wsplat, wfull, 16, 1,
+             x, num, channels, height_p, width_p, w, outputs, kh, kw, bias, use_bias, y, relu)
+
+
+@njit(cache=True, nogil=True)
+def _forward_width_5_pairs(x, num, channels, height_p, width_p, w, outputs, kh, bias, use_bias, y, relu):
+    _forward(_six_by_two, _four_by_two, _one_by_one, wzero, _load_pair, wsplat, wfull, 8, 2,
+             x, num, channels, height_p, width_p, w, outputs, kh, 5, bias, use_bias, y, relu)
+
+
+@njit(cache=True, nogil=True)
+def _forward_width_3_pairs(x, num, channels, height_p, width_p, w, outputs, kh, bias, use_bias, y, relu):
+    _forward(_six_by_two, _four_by_two, _one_by_one, wzero, _load_pair, wsplat, wfull, 8, 2,
+             x, num, channels, height_p, width_p, w, outputs, kh, 3, bias, use_bias, y, relu)
+
+
+@njit(cache=True, nogil=True)
+def _forward_any_width_pairs(x, num, channels, height_p, width_p, w, outputs, kh, kw, bias, use_bias, y, relu):
+    _forward(_six_by_two, _four_by_two, _one_by_one, wzero, _load_pair, wsplat, wfull, 8, 2,
              x, num, channels, height_p, width_p, w, outputs, kh, kw, bias, use_bias, y, relu)
 
 
 _FORWARD = {5: _forward_width_5, 3: _forward_width_3, None: _forward_any_width}
 _WIDE_FORWARD = {5: _forward_width_5_wide, 3: _forward_width_3_wide, None: _forward_any_width_wide}
+_PAIRS_FORWARD = {5: _forward_width_5_pairs, 3: _forward_width_3_pairs, None: _forward_any_width_pairs}
 
 
 @njit(cache=True, nogil=True, inline='always')
-def _forward(six_by_two, four_by_two, one_by_one, zero, load, splat, full, lanes, x, num, channels, height_p, width_p,
-             w, outputs, kh, kw, bias, use_bias, y, relu):
+def _forward(six_by_two, four_by_two, one_by_one, zero, load, splat, full, columns, pair, x, num, channels, height_p,
+             width_p, w, outputs, kh, kw, bias, use_bias, y, relu):
     """The forward pass in blocks of :func:`_six_by_two`, :func:`_four_by_two` or
     :func:`_one_by_one`, taken as arguments (``six_by_two`` ...) so that Numba inlines them into
     each kernel rather than into this body first (see :mod:`pycaffe_ft.kernels`: LeNet's conv1
-    forward kernel 1.66 -> 1.31 s to compile, the same machine code)."""
+    forward kernel 1.66 -> 1.31 s to compile, the same machine code). A vector holds ``columns``
+    columns of ``pair`` rows (1, or 2 for rows eight wide: ``load`` then :func:`_load_pair`);
+    a block two such vectors of rows."""
     out_h, out_w = height_p - kh + 1, width_p - kw + 1
     plane_p, out_plane = height_p * width_p, out_h * out_w
     taps = channels * kh * kw
     block = 6 if taps > SIX_CHANNEL_TAPS and outputs >= 6 else 4
-    blocked = outputs >= 4 and out_h >= 2
-    rows = 2 if blocked else 1
+    blocked = outputs >= 4 and out_h >= 2 * pair
+    rows = 2 * pair if blocked else pair
+    below, out_below = pair * width_p, pair * out_w
     for n in range(num):
         image, out_base = n * channels * plane_p, n * outputs * out_plane
         row = 0
@@ -243,7 +301,7 @@ def _forward(six_by_two, four_by_two, one_by_one, zero, load, splat, full, lanes
             r = min(row, out_h - rows)
             x0 = 0
             while x0 < out_w:
-                start = min(x0, out_w - lanes)
+                start = min(x0, out_w - columns)
                 src0 = image + r * width_p + start
                 o = 0
                 while o < outputs:
@@ -252,17 +310,17 @@ def _forward(six_by_two, four_by_two, one_by_one, zero, load, splat, full, lanes
                         d = out_base + oo * out_plane + r * out_w + start
                         if block == 6:
                             six_by_two(zero, load, splat, full, x, src0, plane_p, width_p, channels, kh, kw, w,
-                                       oo * taps, taps, bias, use_bias, y, d, out_plane, out_w, oo, relu)
+                                       oo * taps, taps, bias, use_bias, y, d, out_plane, below, out_below, oo, relu)
                         else:
                             four_by_two(zero, load, splat, full, x, src0, plane_p, width_p, channels, kh, kw, w,
-                                        oo * taps, taps, bias, use_bias, y, d, out_plane, out_w, oo, relu)
+                                        oo * taps, taps, bias, use_bias, y, d, out_plane, below, out_below, oo, relu)
                         o = oo + block
                     else:
                         one_by_one(zero, load, splat, full, x, src0, plane_p, width_p, channels, kh, kw, w,
                                    o * taps, bias, use_bias, y, out_base + o * out_plane + r * out_w + start, o,
                                    relu)
                         o += 1
-                x0 = start + lanes
+                x0 = start + columns
             row = r + rows
 
 

@@ -5,15 +5,19 @@ gradient computed with the weight gradient)."""
 import numpy as np
 import pytest
 
+from pycaffe_ft.kernels import direct_conv
 from pycaffe_ft.kernels.direct_conv import SIX_CHANNEL_TAPS, direct_forward, direct_weight_gradient, forward_reference, \
     weight_gradient_reference
 from pycaffe_ft.kernels.im2col import pad_planes
+from pycaffe_ft.kernels.simd import WIDE
 
 CASES = [  # (num, channels, height, width, outputs, k, pad)
     (2, 1, 28, 28, 20, 5, 0), (3, 3, 13, 13, 7, 5, 2), (2, 2, 10, 10, 6, 3, 1), (1, 3, 8, 8, 5, 1, 0),
     (2, 20, 12, 12, 50, 5, 0), (2, 20, 9, 14, 9, 3, 0), (2, 4, 5, 12, 4, 2, 0), (1, 2, 8, 8, 3, 3, 1),
     (2, 30, 7, 11, 13, 5, 2), (1, 2, 1, 9, 5, 1, 0), (2, 3, 9, 35, 8, 5, 2), (1, 2, 6, 18, 6, 2, 0),
-    (2, 3, 7, 32, 9, 5, 2), (1, 2, 5, 48, 5, 3, 1)]
+    (2, 3, 7, 32, 9, 5, 2), (1, 2, 5, 48, 5, 3, 1), (2, 5, 9, 10, 6, 3, 0), (1, 4, 4, 8, 4, 1, 0)]
+PAIRED = [case for case in CASES  # rows eight wide, blocks of four rows and four channels
+          if case[3] + 2 * case[6] - case[5] + 1 == 8 and case[2] + 2 * case[6] - case[5] + 1 >= 4 and case[4] >= 4]
 
 
 def _case(num, channels, height, width, outputs, k, pad):
@@ -56,6 +60,30 @@ def test_forward_matches_a_float64_correlation(case):
                               reference.reshape(-1), relu)
             assert reference.tobytes() == fast.tobytes()
             assert not relu or fast.tobytes() == np.maximum(y[False], 0).tobytes()
+
+
+@pytest.mark.skipif(not WIDE, reason='two rows a vector needs AVX-512')
+@pytest.mark.parametrize('case', PAIRED)
+def test_forward_by_row_pairs_gives_the_reference_bits(case):
+    """The kernels that put two rows eight wide in a sixteen-lane vector (which direct_forward
+    takes on CPUs that run sixteen lanes at full rate) give the reference's bits, every kernel
+    width, with and without bias and ReLU."""
+    num, channels, _, _, outputs, k, _ = case
+    rng, xp, w, (hp, wp), out_hw = _case(*case)
+    bias = rng.standard_normal(outputs).astype(np.float32)
+    assert len(PAIRED) >= 3
+    assert direct_conv._row_pairs(True, out_hw[1], out_hw[0], outputs) == (not direct_conv.WIDE_AT_HALF_RATE)
+    for use_bias in (False, True):
+        for relu in (False, True):
+            paired, reference = (np.full((num, outputs) + out_hw, np.nan, np.float32) for _ in range(2))
+            forward_reference(xp, num, channels, hp, wp, w.reshape(-1), outputs, k, k, bias, use_bias,
+                              reference.reshape(-1), relu)
+            common = (xp, num, channels, hp, wp, w.reshape(-1), outputs, k)
+            if k in direct_conv._PAIRS_FORWARD:
+                direct_conv._PAIRS_FORWARD[k](*common, bias, use_bias, paired.reshape(-1), relu)
+            else:
+                direct_conv._PAIRS_FORWARD[None](*common, k, bias, use_bias, paired.reshape(-1), relu)
+            assert paired.tobytes() == reference.tobytes()
 
 
 @pytest.mark.parametrize('case', [c for c in CASES if c[4] >= 3 and c[1] * c[5] * c[5] >= 3])
