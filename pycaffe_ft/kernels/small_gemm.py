@@ -277,13 +277,20 @@ def batched_gemm_wide(a, a_off, a_batch, lda, ak, b, b_off, b_batch, ldb, c, c_o
     (the same bits: the same chain for every element). The columns past the last 32 go by
     :func:`_rows` only where there are such columns: calling it with none left (a no-op) had
     slowed the wide blocks' loop around it, one Emerald Rapids thread, 36 products of 60 x 32
-    times 32 x 32, alternated: 101-104 -> 145-156 GFLOP/s."""
+    times 32 x 32, alternated: 101-104 -> 145-156 GFLOP/s. Fewer than 6 rows left (of 6 or
+    more) go in a wide block of 8 or 6 shifted back to end at the last row, the rows it shares
+    with the block before written again with the same bits (64 x 32 times 32 x 32: its last 4
+    rows had gone in eight-lane 2 x 16 blocks, four chains of sums at a time: 36 such products,
+    alternated, with the branch above, 61-80 -> 92-148 GFLOP/s)."""
     wide_n = n - n % 32
     for t in range(batch):
         at, bt, ct = a_off + t * a_batch, b_off + t * b_batch, c_off + t * c_batch
         i = 0
         while i < m:
             left = m - i
+            if left < 6 and wide_n > 0 and m >= 6:  # the last rows: a wide block shifted back
+                left = 8 if m >= 8 else 6
+                i = m - left
             rows = 12 if left >= 12 else (8 if left >= 8 else (6 if left >= 6 else (2 if left >= 2 else 1)))
             ai, ci = at + i * lda, ct + i * ldc
             if rows >= 6:

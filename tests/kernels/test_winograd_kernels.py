@@ -1,5 +1,5 @@
-"""The Winograd kernels' vector paths (eight channels at a time) against their scalar paths and
-NumPy: the same bits per channel."""
+"""The Winograd kernels' vector paths (sixteen and eight channels at a time) against their scalar
+paths and NumPy: the same bits per channel."""
 import numpy as np
 import pytest
 
@@ -18,8 +18,8 @@ def _values(rng, shape):
 
 
 @pytest.mark.parametrize('kind,taps,outputs', KINDS)
-def test_eight_channels_at_once_give_each_channels_scalar_bits(kind, taps, outputs):
-    channels = 19  # two vector blocks, three channels one by one
+def test_channels_at_once_give_each_channels_scalar_bits(kind, taps, outputs):
+    channels = 27  # sixteen lanes (AVX-512) and eight, or three blocks of eight; three channels one by one
     src = _values(np.random.default_rng(kind), (taps, channels))
     dst = np.empty((outputs, channels), np.float32)
     kernels._line(kind, src.reshape(-1), 0, 2 * channels, channels, dst.reshape(-1), 0, channels, channels)
