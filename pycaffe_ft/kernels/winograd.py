@@ -224,11 +224,14 @@ def _output_4_vector(load, full, src, s, pair, odd, dst, d, ds, c):
 
 @njit(cache=True, nogil=True, inline='always')
 def _over_channels(one, one_vector, src, s, pair, odd, dst, d, ds, channels):
-    """``one`` for every channel: sixteen at a time as vectors where :data:`~.simd.WIDE`, then
-    eight, the rest one by one (the same operations on every lane: the same bits). CIFAR10-quick's
-    conv2 (32 channels, 16 x 16, 100 images), one Emerald Rapids thread, each run alternated
-    with the code before: forward 9.6-9.8 -> 8.1-8.6 ms, backward 20.8-24.0 -> 16.9-18.1."""
-    wide = channels - channels % 16 if WIDE else 0
+    """``one`` for every channel: sixteen at a time as vectors where :data:`~.simd.WIDE` and
+    every offset is a multiple of 16 (so that, in the callers' 64-byte aligned scratch, no
+    vector crosses a cache line), then eight, the rest one by one (the same operations on every
+    lane: the same bits). CIFAR10-quick's conv2 (32 channels, 100 images), one Emerald Rapids
+    thread, alternated: the input transform 2.23-2.38 -> 1.44-1.54 ms, the inverse 0.75-0.86
+    -> 0.68-0.70 (both slower than eight lanes, 3.6 and 0.95, in arrays 16 bytes past a
+    cache line)."""
+    wide = channels - channels % 16 if WIDE and (s | pair | odd | d | ds) % 16 == 0 else 0
     for c0 in range(0, wide, 16):
         one_vector(_wide_vector, wfull, src, s, pair, odd, dst, d, ds, c0)
     full = channels - channels % 8

@@ -17,16 +17,21 @@ def _values(rng, shape):
     return x
 
 
+@pytest.mark.parametrize('stride', [27, 32], ids=['offsets-not-16', 'offsets-of-16'])
 @pytest.mark.parametrize('kind,taps,outputs', KINDS)
-def test_channels_at_once_give_each_channels_scalar_bits(kind, taps, outputs):
-    channels = 27  # sixteen lanes (AVX-512) and eight, or three blocks of eight; three channels one by one
-    src = _values(np.random.default_rng(kind), (taps, channels))
-    dst = np.empty((outputs, channels), np.float32)
-    kernels._line(kind, src.reshape(-1), 0, 2 * channels, channels, dst.reshape(-1), 0, channels, channels)
+def test_channels_at_once_give_each_channels_scalar_bits(kind, taps, outputs, stride):
+    """27 channels, each tap and output ``stride`` floats apart: with offsets that are multiples
+    of 16 (and AVX-512) a sixteen-lane block, an eight-lane one and three channels one by one;
+    else three eight-lane blocks and three one by one."""
+    channels = 27
+    src = _values(np.random.default_rng(kind), (taps, stride))
+    dst = np.full((outputs, stride), np.nan, np.float32)
+    kernels._line(kind, src.reshape(-1), 0, 2 * stride, stride, dst.reshape(-1), 0, stride, channels)
     for c in range(channels):
         one = np.empty(outputs, np.float32)
         kernels._line(kind, np.ascontiguousarray(src[:, c]), 0, 2, 1, one, 0, 1, 1)
         assert one.tobytes() == np.ascontiguousarray(dst[:, c]).tobytes(), c
+    assert np.isnan(dst[:, channels:]).all()
 
 
 def _split_columns(image):
