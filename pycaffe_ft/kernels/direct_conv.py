@@ -9,7 +9,9 @@ the same at every position: equal input patches give equal sums, as with im2col 
 pooling breaks their ties as in Caffe). The outputs are written in place in NCHW with the
 bias added, where im2col's GEMM result had to be copied into the top and the bias added in two
 more passes. The last block of columns, rows or channels is shifted back to end at the edge:
-the outputs it shares with the block before are written again with the same bits.
+the outputs it shares with the block before are written again with the same bits. With
+AVX-512 at full rate, rows of 16 or more go sixteen columns a vector, and rows exactly eight
+wide two rows a vector (:func:`_row_pairs`).
 
 Weight gradient: dw[o, c, ky, kx] = sum over images and positions of dy[o] * x[c] shifted by
 (ky, kx); lanes run along output rows, a block of three output channels by three taps is nine
@@ -215,7 +217,7 @@ def _load16(x, i, width_p):
 @njit(cache=True, nogil=True, inline='always')
 def _load_pair(x, i, width_p):
     """Eight columns of two rows, one under the other: the rows of an output vector that holds
-    two rows eight wide (:data:`PAIRS`)."""
+    two rows eight wide (:func:`_row_pairs`)."""
     return wload_rows(x, i, width_p)
 
 

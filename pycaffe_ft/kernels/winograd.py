@@ -50,8 +50,8 @@ def _wide_vector(src, i):
 
 @njit(cache=True, nogil=True, inline='always')
 def _taps2(load, src, s, pair, odd, c):
-    """Taps 0 and 1 of channel c (``load``: :func:`_scalar`, or :func:`_vector` for channels
-    c .. c+7): tap b at s + (b // 2)*pair + (b % 2)*odd."""
+    """Taps 0 and 1 of channel c (``load``: :func:`_scalar`, or :func:`_vector` /
+    :func:`_wide_vector` for channels c .. c+7 / c+15): tap b at s + (b // 2)*pair + (b % 2)*odd."""
     return load(src, s + c), load(src, s + odd + c)
 
 
@@ -174,7 +174,8 @@ def _input_6_vector(load, full, src, s, pair, odd, dst, d, ds, c):
     vstore(dst, d + 2 * ds + c, vadd(vsub(vadd(x1, x4), vmul(full(_2_5), x2)), vmul(full(np.float32(0.5)), x3)))
     vstore(dst, d + 3 * ds + c, vadd(vsub(x4, x2), vmul(full(np.float32(2.0)), vsub(x3, x1))))
     vstore(dst, d + 4 * ds + c, vadd(vsub(x4, x2), vmul(full(np.float32(0.5)), vsub(x1, x3))))
-    vstore(dst, d + 5 * ds + c, vsub(vadd(vadd(x1, x5), vmul(full(_1_5), vsub(x4, x2))), vmul(full(np.float32(2.0)), x3)))
+    vstore(dst, d + 5 * ds + c,
+           vsub(vadd(vadd(x1, x5), vmul(full(_1_5), vsub(x4, x2))), vmul(full(np.float32(2.0)), x3)))
 
 
 @njit(cache=True, nogil=True, inline='always')
