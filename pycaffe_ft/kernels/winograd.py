@@ -230,8 +230,8 @@ def _over_channels(one, one_vector, src, s, pair, odd, dst, d, ds, channels):
     vector crosses a cache line), then eight, the rest one by one (the same operations on every
     lane: the same bits). CIFAR10-quick's conv2 (32 channels, 100 images), one Emerald Rapids
     thread, alternated: the input transform 2.23-2.38 -> 1.44-1.54 ms, the inverse 0.75-0.86
-    -> 0.68-0.70 (both slower than eight lanes, 3.6 and 0.95, in arrays 16 bytes past a
-    cache line)."""
+    -> 0.68-0.70 (both slower than eight lanes, 3.6 and 0.95, in arrays 16 or 48 bytes past
+    a cache line)."""
     wide = channels - channels % 16 if WIDE and (s | pair | odd | d | ds) % 16 == 0 else 0
     for c0 in range(0, wide, 16):
         one_vector(_wide_vector, wfull, src, s, pair, odd, dst, d, ds, c0)
