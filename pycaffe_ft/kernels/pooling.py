@@ -80,8 +80,9 @@ Six ways through the planes:
   lie and shifted one lane, so each window row's terms are a compare and a masked add per
   column kind, and each input row is stored once (:func:`_max_pool_gather_3x3`; planes up to
   32 wide by way of scratch, copied to dx in whole vectors); planes at most 16 wide go two a
-  vector, a block of 16 columns each (:func:`_max_pool_gather_3x3_pairs`). (A gather in eight lanes, a candidate window an input
-  a compare and an add, had run as many instructions as the scatter and was 10-30% slower.)
+  vector, a block of 16 columns each (:func:`_max_pool_gather_3x3_pairs`). (A gather in eight
+  lanes, a candidate window an input a compare and an add, had run as many instructions as the
+  scatter and was 10-30% slower.)
 
 **Bound calls**: ``max_pool_forward_calls`` and the other ``*_calls`` functions take the
 arguments of the function they are named after and return ``[(function, arguments), ...]``,

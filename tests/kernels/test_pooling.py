@@ -3,9 +3,9 @@ pooling by single rows and by wide rows by window rows (AVX-512) and by blocks b
 (eight lanes), average pooling by blocks (eight lanes), the ReLU the small-plane kernels apply
 as they store, the 2 x 2 and 3 x 3 (stride 2) max pooling's backward by gathering, average
 pooling's backward by output rows, one plane a vector and by parity (AVX-512) and by plane
-lanes, and the backward of the ReLU below that every pooling backward applies. (Every way against Caffe's definition:
-tests/layers/test_vision.py; against the NumPy references, NaN included:
-test_numpy_references.py.)"""
+lanes, and the backward of the ReLU below that every pooling backward applies. (Every way
+against Caffe's definition: tests/layers/test_vision.py; against the NumPy references, NaN
+included: test_numpy_references.py.)"""
 import numpy as np
 import pytest
 
